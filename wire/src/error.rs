@@ -1,0 +1,95 @@
+//! The one error type of the wire layer: every way a packet can be malformed.
+
+use core::fmt;
+
+/// Why a buffer is not a valid RoCE v2 packet (or cannot hold one).
+///
+/// Each variant is a distinct counter-worthy condition, so callers can count and decide
+/// between drop and NAK without string matching.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// The buffer ends before the named layer does.
+    Truncated(Layer),
+    /// The Ethernet frame carries neither IPv4 nor IPv6 (the EtherType is given).
+    NotIp(u16),
+    /// The IP header is invalid (bad version, IHL, or IPv6 extension chain).
+    BadIpHeader,
+    /// The IP packet is not UDP (the protocol number is given).
+    NotUdp(u8),
+    /// The IPv4 packet is a fragment; RoCE v2 is never fragmented.
+    Fragmented,
+    /// The IP length fields disagree with the bytes present.
+    BadIpLength,
+    /// The UDP length disagrees with the IP payload length.
+    BadUdpLength,
+    /// The UDP destination port is not 4791 (the port is given).
+    NotRoce(u16),
+    /// The BTH transport header version is not 0.
+    BadVersion(u8),
+    /// The BTH opcode is not one this stack knows (RC, UC, UD or CNP).
+    UnknownOpcode(u8),
+    /// The BTH pad count is larger than the bytes after the headers.
+    BadPad,
+    /// The opcode carries no payload but bytes follow its headers.
+    UnexpectedPayload,
+    /// The AETH syndrome uses a reserved encoding.
+    BadSyndrome(u8),
+    /// The ICRC trailer does not match the packet.
+    IcrcMismatch {
+        /// ICRC computed over the packet.
+        computed: u32,
+        /// ICRC found in the trailer.
+        found: u32,
+    },
+    /// Emit: the representation's extension headers do not match its opcode.
+    HeaderMismatch,
+    /// Emit: the buffer is too small for the representation.
+    BufferTooSmall,
+}
+
+/// The layer that a [`Error::Truncated`] cut short.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layer {
+    Ethernet,
+    Vlan,
+    Ip,
+    Udp,
+    Bth,
+    /// An extension header (RETH, AETH, ...) or the payload it announces.
+    Extension,
+    Icrc,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Truncated(l) => write!(f, "truncated {l:?} header"),
+            Error::NotIp(t) => write!(f, "not IP (ethertype {t:#06x})"),
+            Error::BadIpHeader => write!(f, "invalid IP header"),
+            Error::NotUdp(p) => write!(f, "not UDP (IP protocol {p})"),
+            Error::Fragmented => write!(f, "fragmented IPv4 packet"),
+            Error::BadIpLength => write!(f, "IP length does not match the frame"),
+            Error::BadUdpLength => write!(f, "UDP length does not match the IP payload"),
+            Error::NotRoce(p) => write!(f, "not RoCE v2 (UDP port {p})"),
+            Error::BadVersion(v) => write!(f, "BTH transport version {v} is not 0"),
+            Error::UnknownOpcode(o) => write!(f, "unknown BTH opcode {o:#04x}"),
+            Error::BadPad => write!(f, "BTH pad count exceeds the payload"),
+            Error::UnexpectedPayload => write!(f, "payload on an opcode that carries none"),
+            Error::BadSyndrome(s) => write!(f, "reserved AETH syndrome {s:#04x}"),
+            Error::IcrcMismatch { computed, found } => {
+                write!(
+                    f,
+                    "ICRC mismatch (computed {computed:#010x}, found {found:#010x})"
+                )
+            }
+            Error::HeaderMismatch => write!(f, "extension headers do not match the opcode"),
+            Error::BufferTooSmall => write!(f, "buffer too small"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Result alias of the wire layer.
+pub type Result<T> = core::result::Result<T, Error>;
