@@ -20,17 +20,23 @@ pub enum IpHeader {
     V6(Ipv6Header),
 }
 
-/// A parsed, length-checked RoCE v2 frame borrowing its bytes.
+/// A parsed, length-checked RoCE v2 IP datagram (IP / UDP / IB packet) borrowing its bytes.
 #[derive(Debug, Clone)]
-pub struct Frame<'a> {
-    pub ethernet: Ethernet2Header,
-    pub vlan: Option<SingleVlanHeader>,
+pub struct Datagram<'a> {
     pub ip: IpHeader,
     pub udp: UdpHeader,
     /// From the first byte of the IP header to the end of the ICRC.
     ip_packet: &'a [u8],
     /// Offset of the BTH in `ip_packet`.
     ib_offset: usize,
+}
+
+/// A parsed RoCE v2 Ethernet frame: link headers plus the datagram.
+#[derive(Debug, Clone)]
+pub struct Frame<'a> {
+    pub ethernet: Ethernet2Header,
+    pub vlan: Option<SingleVlanHeader>,
+    pub datagram: Datagram<'a>,
 }
 
 fn ip_err(e: etherparse::err::ipv4::HeaderSliceError) -> Error {
@@ -62,11 +68,42 @@ impl<'a> Frame<'a> {
             vlan = Some(v);
             rest = r;
         }
-        let (ip, ip_packet) = match ether_type {
-            EtherType::IPV4 => {
-                let (h, _) = Ipv4Header::from_slice(rest).map_err(ip_err)?;
+        if ether_type != EtherType::IPV4 && ether_type != EtherType::IPV6 {
+            return Err(Error::NotIp(ether_type.0));
+        }
+        let datagram = Datagram::parse(rest)?;
+        let expected_v4 = matches!(datagram.ip, IpHeader::V4(_));
+        if expected_v4 != (ether_type == EtherType::IPV4) {
+            return Err(Error::BadIpHeader);
+        }
+        Ok(Frame {
+            ethernet,
+            vlan,
+            datagram,
+        })
+    }
+
+    /// The IB transport packet (BTH through ICRC).
+    pub fn ib(&self) -> packet::Packet<&'a [u8]> {
+        self.datagram.ib()
+    }
+
+    /// True when the ICRC trailer is correct.
+    pub fn icrc_ok(&self) -> bool {
+        self.datagram.icrc_ok()
+    }
+}
+
+impl<'a> Datagram<'a> {
+    /// Parses an IPv4 or IPv6 packet down to a checked IB transport packet. Bytes past the
+    /// IP length are ignored; the ICRC is not verified here.
+    pub fn parse(bytes: &'a [u8]) -> Result<Datagram<'a>> {
+        let version = bytes.first().ok_or(Error::Truncated(Layer::Ip))? >> 4;
+        let (ip, ip_packet) = match version {
+            4 => {
+                let (h, _) = Ipv4Header::from_slice(bytes).map_err(ip_err)?;
                 let total = usize::from(h.total_len);
-                if total < h.header_len() || total > rest.len() {
+                if total < h.header_len() || total > bytes.len() {
                     return Err(Error::BadIpLength);
                 }
                 if h.more_fragments || h.fragment_offset.value() != 0 {
@@ -75,20 +112,20 @@ impl<'a> Frame<'a> {
                 if h.protocol != IpNumber::UDP {
                     return Err(Error::NotUdp(h.protocol.0));
                 }
-                (IpHeader::V4(h), &rest[..total])
+                (IpHeader::V4(h), &bytes[..total])
             }
-            EtherType::IPV6 => {
-                let (h, _) = Ipv6Header::from_slice(rest).map_err(ip6_err)?;
+            6 => {
+                let (h, _) = Ipv6Header::from_slice(bytes).map_err(ip6_err)?;
                 let total = Ipv6Header::LEN + usize::from(h.payload_length);
-                if total > rest.len() {
+                if total > bytes.len() {
                     return Err(Error::BadIpLength);
                 }
                 if h.next_header != IpNumber::UDP {
                     return Err(Error::NotUdp(h.next_header.0));
                 }
-                (IpHeader::V6(h), &rest[..total])
+                (IpHeader::V6(h), &bytes[..total])
             }
-            other => return Err(Error::NotIp(other.0)),
+            _ => return Err(Error::BadIpHeader),
         };
         let ip_len = match &ip {
             IpHeader::V4(h) => h.header_len(),
@@ -104,9 +141,7 @@ impl<'a> Frame<'a> {
         }
         let ib_offset = ip_len + UdpHeader::LEN;
         packet::Packet::new_checked(&ip_packet[ib_offset..])?;
-        Ok(Frame {
-            ethernet,
-            vlan,
+        Ok(Datagram {
             ip,
             udp,
             ip_packet,
@@ -134,11 +169,19 @@ impl<'a> Frame<'a> {
         self.verify_icrc().is_ok()
     }
 
-    /// Source IP address (IPv4 as IPv4-mapped IPv6, the form RoCE GIDs take).
+    /// Source address as a RoCE GID (IPv4 as IPv4-mapped IPv6).
     pub fn src_gid(&self) -> Ipv6Addr {
         match &self.ip {
             IpHeader::V4(h) => Ipv4Addr::from(h.source).to_ipv6_mapped(),
             IpHeader::V6(h) => Ipv6Addr::from(h.source),
+        }
+    }
+
+    /// Destination address as a RoCE GID.
+    pub fn dst_gid(&self) -> Ipv6Addr {
+        match &self.ip {
+            IpHeader::V4(h) => Ipv4Addr::from(h.destination).to_ipv6_mapped(),
+            IpHeader::V6(h) => Ipv6Addr::from(h.destination),
         }
     }
 
@@ -203,30 +246,27 @@ impl IpRepr {
     }
 }
 
-/// A whole RoCE v2 frame to emit: the UDP checksum is 0 (as rxe sends it) and the ICRC
-/// is filled in.
+/// A RoCE v2 IP datagram to emit: the UDP checksum is 0 (as rxe sends it) and the ICRC is
+/// filled in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FrameRepr<'a> {
-    pub ethernet: EthernetRepr,
+pub struct DatagramRepr<'a> {
     pub ip: IpRepr,
     /// UDP source port; rxe derives it from the QP numbers for ECMP entropy.
     pub src_port: u16,
     pub ib: packet::Repr<'a>,
 }
 
-impl<'a> FrameRepr<'a> {
-    /// The owned form of a parsed frame. IPv4 options are not represented.
-    pub fn parse(f: &Frame<'a>) -> Result<FrameRepr<'a>> {
-        let ethernet = EthernetRepr {
-            src: f.ethernet.source,
-            dst: f.ethernet.destination,
-            vlan: f.vlan.as_ref().map(|v| VlanTag {
-                pcp: v.pcp.value(),
-                dei: v.drop_eligible_indicator,
-                vid: v.vlan_id.value(),
-            }),
-        };
-        let ip = match &f.ip {
+/// A whole RoCE v2 Ethernet frame to emit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameRepr<'a> {
+    pub ethernet: EthernetRepr,
+    pub datagram: DatagramRepr<'a>,
+}
+
+impl<'a> DatagramRepr<'a> {
+    /// The owned form of a parsed datagram. IPv4 options are not represented.
+    pub fn parse(d: &Datagram<'a>) -> Result<DatagramRepr<'a>> {
+        let ip = match &d.ip {
             IpHeader::V4(h) => IpRepr::V4 {
                 src: Ipv4Addr::from(h.source),
                 dst: Ipv4Addr::from(h.destination),
@@ -244,74 +284,44 @@ impl<'a> FrameRepr<'a> {
                 hop_limit: h.hop_limit,
             },
         };
-        Ok(FrameRepr {
-            ethernet,
+        Ok(DatagramRepr {
             ip,
-            src_port: f.udp.source_port,
-            ib: packet::Repr::parse(&f.ib())?,
+            src_port: d.udp.source_port,
+            ib: packet::Repr::parse(&d.ib())?,
         })
     }
 
-    /// Bytes of the Ethernet (and VLAN) header.
-    pub fn link_len(&self) -> usize {
-        Ethernet2Header::LEN
-            + if self.ethernet.vlan.is_some() {
-                SingleVlanHeader::LEN
-            } else {
-                0
-            }
+    /// Bytes of IP and UDP headers.
+    pub fn header_len(&self) -> usize {
+        self.ip.header_len() + UdpHeader::LEN
     }
 
-    /// Bytes needed to emit the frame.
+    /// Bytes needed to emit the datagram.
     pub fn buffer_len(&self) -> usize {
-        self.link_len() + self.ip.header_len() + UdpHeader::LEN + self.ib.buffer_len()
+        self.header_len() + self.ib.buffer_len()
     }
 
-    /// Writes the whole frame with its ICRC; returns the bytes written.
+    /// Writes the datagram with its ICRC; returns the bytes written.
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
         let total = self.buffer_len();
         if buf.len() < total {
             return Err(Error::BufferTooSmall);
         }
-        let link = self.link_len();
-        let ip_len = self.ip.header_len();
-        let udp_at = link + ip_len;
-        let ib_at = udp_at + UdpHeader::LEN;
-        self.ib.emit(&mut buf[ib_at..total])?;
-        self.emit_lower(&mut buf[..ib_at], total - ib_at)?;
-        icrc::fill(&mut buf[link..total])?;
+        let hl = self.header_len();
+        self.ib.emit(&mut buf[hl..total])?;
+        self.emit_ip_udp(&mut buf[..hl], total - hl)?;
+        icrc::fill(&mut buf[..total])?;
         Ok(total)
     }
 
-    /// Writes Ethernet, IP and UDP headers for an IB packet of `ib_len` bytes (ICRC
-    /// included) into `buf`, which must be exactly `link_len() + ip + 8` bytes long.
-    pub fn emit_lower(&self, buf: &mut [u8], ib_len: usize) -> Result<()> {
+    /// Writes the IP and UDP headers for an IB packet of `ib_len` bytes (ICRC included)
+    /// into `buf`, which must hold `header_len()` bytes. Lets a caller that writes the IB
+    /// packet itself (straight from registered memory) add the lower layers and then call
+    /// [`icrc::fill`].
+    pub fn emit_ip_udp(&self, buf: &mut [u8], ib_len: usize) -> Result<()> {
         let mut w = &mut buf[..];
         let io = |_| Error::BufferTooSmall;
         let udp_len = UdpHeader::LEN + ib_len;
-        let ip_ether = match self.ip {
-            IpRepr::V4 { .. } => EtherType::IPV4,
-            IpRepr::V6 { .. } => EtherType::IPV6,
-        };
-        let eth = Ethernet2Header {
-            source: self.ethernet.src,
-            destination: self.ethernet.dst,
-            ether_type: if self.ethernet.vlan.is_some() {
-                EtherType::VLAN_TAGGED_FRAME
-            } else {
-                ip_ether
-            },
-        };
-        eth.write(&mut w).map_err(io)?;
-        if let Some(v) = self.ethernet.vlan {
-            let tag = SingleVlanHeader {
-                pcp: VlanPcp::try_new(v.pcp & 7).map_err(|_| Error::HeaderMismatch)?,
-                drop_eligible_indicator: v.dei,
-                vlan_id: VlanId::try_new(v.vid & 0xfff).map_err(|_| Error::HeaderMismatch)?,
-                ether_type: ip_ether,
-            };
-            tag.write(&mut w).map_err(io)?;
-        }
         match self.ip {
             IpRepr::V4 {
                 src,
@@ -368,5 +378,87 @@ impl<'a> FrameRepr<'a> {
         };
         udp.write(&mut w).map_err(io)?;
         Ok(())
+    }
+}
+
+impl EthernetRepr {
+    /// Bytes of the Ethernet (and VLAN) header.
+    pub fn header_len(&self) -> usize {
+        Ethernet2Header::LEN
+            + if self.vlan.is_some() {
+                SingleVlanHeader::LEN
+            } else {
+                0
+            }
+    }
+
+    /// Writes the link header for a datagram of the given IP version into `buf`.
+    pub fn emit(&self, buf: &mut [u8], ipv6: bool) -> Result<()> {
+        let mut w = &mut buf[..];
+        let io = |_| Error::BufferTooSmall;
+        let ip_ether = if ipv6 {
+            EtherType::IPV6
+        } else {
+            EtherType::IPV4
+        };
+        let eth = Ethernet2Header {
+            source: self.src,
+            destination: self.dst,
+            ether_type: if self.vlan.is_some() {
+                EtherType::VLAN_TAGGED_FRAME
+            } else {
+                ip_ether
+            },
+        };
+        eth.write(&mut w).map_err(io)?;
+        if let Some(v) = self.vlan {
+            let tag = SingleVlanHeader {
+                pcp: VlanPcp::try_new(v.pcp & 7).map_err(|_| Error::HeaderMismatch)?,
+                drop_eligible_indicator: v.dei,
+                vlan_id: VlanId::try_new(v.vid & 0xfff).map_err(|_| Error::HeaderMismatch)?,
+                ether_type: ip_ether,
+            };
+            tag.write(&mut w).map_err(io)?;
+        }
+        Ok(())
+    }
+}
+
+impl<'a> FrameRepr<'a> {
+    /// The owned form of a parsed frame.
+    pub fn parse(f: &Frame<'a>) -> Result<FrameRepr<'a>> {
+        let ethernet = EthernetRepr {
+            src: f.ethernet.source,
+            dst: f.ethernet.destination,
+            vlan: f.vlan.as_ref().map(|v| VlanTag {
+                pcp: v.pcp.value(),
+                dei: v.drop_eligible_indicator,
+                vid: v.vlan_id.value(),
+            }),
+        };
+        Ok(FrameRepr {
+            ethernet,
+            datagram: DatagramRepr::parse(&f.datagram)?,
+        })
+    }
+
+    /// Bytes needed to emit the frame.
+    pub fn buffer_len(&self) -> usize {
+        self.ethernet.header_len() + self.datagram.buffer_len()
+    }
+
+    /// Writes the whole frame with its ICRC; returns the bytes written.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
+        let total = self.buffer_len();
+        if buf.len() < total {
+            return Err(Error::BufferTooSmall);
+        }
+        let link = self.ethernet.header_len();
+        self.datagram.emit(&mut buf[link..total])?;
+        self.ethernet.emit(
+            &mut buf[..link],
+            matches!(self.datagram.ip, IpRepr::V6 { .. }),
+        )?;
+        Ok(total)
     }
 }

@@ -45,7 +45,9 @@ pub use bth::Repr as BthRepr;
 pub use cnp::Repr as CnpRepr;
 pub use deth::Repr as DethRepr;
 pub use error::{Error, Layer, Result};
-pub use frame::{EthernetRepr, Frame, FrameRepr, IpHeader, IpRepr, VlanTag, ROCE_V2_PORT};
+pub use frame::{
+    Datagram, DatagramRepr, EthernetRepr, Frame, FrameRepr, IpHeader, IpRepr, VlanTag, ROCE_V2_PORT,
+};
 pub use ieth::Repr as IethRepr;
 pub use immdt::Repr as ImmDtRepr;
 pub use opcode::{HeaderSet, Opcode, OpcodeInfo, Operation, Position, Service};
