@@ -1,1 +1,25 @@
-fn main() {}
+//! The `ferroce` command-line tool.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+mod cli;
+
+fn main() -> ExitCode {
+    let args = cli::Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match cli::run(args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("ferroce: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -246,8 +246,32 @@ impl IpRepr {
     }
 }
 
-/// A RoCE v2 IP datagram to emit: the UDP checksum is 0 (as rxe sends it) and the ICRC is
-/// filled in.
+/// Completes an emitted IP datagram (IP header through ICRC): fills the ICRC and, for IPv6,
+/// the UDP checksum, which IPv6 forbids to be zero (RFC 8200). IPv4 keeps checksum 0, as rxe
+/// sends it. The ICRC masks the UDP checksum, so the order does not matter to it.
+pub fn finalize(ip_packet: &mut [u8]) -> Result<()> {
+    icrc::fill(ip_packet)?;
+    if ip_packet.first().map(|b| b >> 4) == Some(6) {
+        let len = ip_packet.len();
+        if len < Ipv6Header::LEN + UdpHeader::LEN {
+            return Err(Error::Truncated(Layer::Udp));
+        }
+        let mut src = [0u8; 16];
+        let mut dst = [0u8; 16];
+        src.copy_from_slice(&ip_packet[8..24]);
+        dst.copy_from_slice(&ip_packet[24..40]);
+        let (udp, payload) = ip_packet[Ipv6Header::LEN..].split_at_mut(UdpHeader::LEN);
+        let mut h = UdpHeader::from_bytes([udp[0], udp[1], udp[2], udp[3], udp[4], udp[5], 0, 0]);
+        h.checksum = h
+            .calc_checksum_ipv6_raw(src, dst, payload)
+            .map_err(|_| Error::BufferTooSmall)?;
+        udp[6..8].copy_from_slice(&h.checksum.to_be_bytes());
+    }
+    Ok(())
+}
+
+/// A RoCE v2 IP datagram to emit: for IPv4 the UDP checksum is 0 (as rxe sends it), for IPv6
+/// it is computed; the ICRC is filled in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DatagramRepr<'a> {
     pub ip: IpRepr,
@@ -310,14 +334,14 @@ impl<'a> DatagramRepr<'a> {
         let hl = self.header_len();
         self.ib.emit(&mut buf[hl..total])?;
         self.emit_ip_udp(&mut buf[..hl], total - hl)?;
-        icrc::fill(&mut buf[..total])?;
+        finalize(&mut buf[..total])?;
         Ok(total)
     }
 
     /// Writes the IP and UDP headers for an IB packet of `ib_len` bytes (ICRC included)
     /// into `buf`, which must hold `header_len()` bytes. Lets a caller that writes the IB
     /// packet itself (straight from registered memory) add the lower layers and then call
-    /// [`icrc::fill`].
+    /// [`finalize`].
     pub fn emit_ip_udp(&self, buf: &mut [u8], ib_len: usize) -> Result<()> {
         let mut w = &mut buf[..];
         let io = |_| Error::BufferTooSmall;

@@ -1,0 +1,13 @@
+//! ferroce: a user-space RoCE v2 stack.
+//!
+//! The packet formats live in [`ferroce_wire`] (re-exported as [`wire`]), the sans-IO
+//! InfiniBand transport in [`ferroce_transport`] (re-exported as [`transport`]); this crate
+//! adds packet captures, the decoder and the command-line interface.
+
+#![forbid(unsafe_code)]
+
+pub mod capture;
+pub mod decode;
+
+pub use ferroce_transport as transport;
+pub use ferroce_wire as wire;
