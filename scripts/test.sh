@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs every test of ferroce, installing what the tests need first.
+#
+#   scripts/test.sh            format and lint checks, then all workspace tests
+#
+# Needs: the Rust toolchain (cargo), and root or sudo for apt-get on a machine without
+# tshark (Debian package `tshark`, the independent decoder the wire tests compare against).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+need_pkgs=""
+command -v tshark >/dev/null 2>&1 || need_pkgs="$need_pkgs tshark"
+if [ -n "$need_pkgs" ]; then
+  echo "[test] installing:$need_pkgs"
+  if ! ls /var/lib/apt/lists/*_Packages >/dev/null 2>&1; then
+    as_root apt-get update -qq
+  fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $need_pkgs >/dev/null
+fi
+
+echo "[test] cargo fmt --check"
+cargo fmt --all -- --check
+echo "[test] cargo clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+echo "[test] cargo test --workspace"
+set +e
+cargo test --workspace --release 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+passed=$(awk '/^test result:/ {for (i = 1; i <= NF; i++) if ($i ~ /^passed;?$/) s += $(i-1)} END {print s + 0}' "$log")
+failed=$(awk '/^test result:/ {for (i = 1; i <= NF; i++) if ($i ~ /^failed;?$/) s += $(i-1)} END {print s + 0}' "$log")
+echo
+echo "tests: $passed passed, $failed failed"
+exit "$rc"
