@@ -4,10 +4,11 @@
 //! InfiniBand transport in [`ferroce_transport`] (re-exported as [`transport`]); this crate
 //! adds packet captures, the decoder and the command-line interface.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod capture;
 pub mod decode;
+pub mod net;
 
 pub use ferroce_transport as transport;
 pub use ferroce_wire as wire;

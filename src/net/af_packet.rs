@@ -1,0 +1,142 @@
+//! An AF_PACKET raw socket on one network interface, filtered in the kernel to RoCE v2.
+//!
+//! The socket is created with protocol 0 (it receives nothing), gets the BPF filter, and
+//! only then is bound to the interface with ETH_P_ALL, so no unfiltered frame is ever queued.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use super::bpf::{SockFilter, ROCE_V2_FILTER};
+
+/// A non-blocking raw Ethernet socket bound to one interface.
+#[derive(Debug)]
+pub struct RawSocket {
+    fd: OwnedFd,
+    ifindex: u32,
+}
+
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
+    // SAFETY: `value` points to a live `T` of exactly the size passed; the kernel copies it.
+    let ret = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    check(ret).map(|_| ())
+}
+
+impl RawSocket {
+    /// Opens a raw socket on interface `ifindex` that receives only RoCE v2 frames.
+    pub fn open(ifindex: u32) -> io::Result<RawSocket> {
+        // SAFETY: plain socket(2) call; the result is checked before use.
+        let raw = check(unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+            )
+        })?;
+        // SAFETY: `raw` is a freshly created descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+
+        let prog = libc::sock_fprog {
+            len: ROCE_V2_FILTER.len() as u16,
+            // The kernel only reads the program; SockFilter has sock_filter's layout.
+            filter: ROCE_V2_FILTER.as_ptr() as *mut libc::sock_filter,
+        };
+        const _: () =
+            assert!(std::mem::size_of::<SockFilter>() == std::mem::size_of::<libc::sock_filter>());
+        setsockopt(raw, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog)?;
+        // Our own transmissions must not loop back into the receive path (Linux >= 4.20).
+        let _ = setsockopt(raw, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1i32);
+        // Room for bursts: a 64 KiB message at MTU 1024 is 64 frames.
+        let _ = setsockopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUF, &(8i32 << 20));
+        let _ = setsockopt(raw, libc::SOL_SOCKET, libc::SO_SNDBUF, &(8i32 << 20));
+
+        // SAFETY: sockaddr_ll is plain old data; all-zero is a valid starting value.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+        sll.sll_ifindex = ifindex as i32;
+        // SAFETY: `sll` is a valid sockaddr_ll and its exact size is passed.
+        check(unsafe {
+            libc::bind(
+                raw,
+                (&sll as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        })?;
+        Ok(RawSocket { fd, ifindex })
+    }
+
+    /// The interface index the socket is bound to.
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
+    /// Sends one Ethernet frame. `Ok(false)` when the socket buffer is full (try later).
+    pub fn send(&self, frame: &[u8]) -> io::Result<bool> {
+        // SAFETY: `frame` is a valid readable slice of the given length.
+        let ret = unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+        if ret < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock => Ok(false),
+                _ => Err(e),
+            };
+        }
+        Ok(true)
+    }
+
+    /// Receives one frame into `buf`; `Ok(None)` when nothing is queued. Frames longer than
+    /// `buf` are truncated (and then fail to parse).
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        loop {
+            // SAFETY: sockaddr_ll is plain old data; all-zero is valid.
+            let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+            let mut len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+            // SAFETY: `buf` is writable for its length; `from`/`len` describe a valid buffer.
+            let ret = unsafe {
+                libc::recvfrom(
+                    self.fd.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    0,
+                    (&mut from as *mut libc::sockaddr_ll).cast(),
+                    &mut len,
+                )
+            };
+            if ret < 0 {
+                let e = io::Error::last_os_error();
+                return match e.kind() {
+                    io::ErrorKind::WouldBlock => Ok(None),
+                    io::ErrorKind::Interrupted => continue,
+                    _ => Err(e),
+                };
+            }
+            // Kernels without PACKET_IGNORE_OUTGOING still show our own frames: skip them.
+            if from.sll_pkttype == libc::PACKET_OUTGOING {
+                continue;
+            }
+            return Ok(Some(ret as usize));
+        }
+    }
+}
+
+impl AsRawFd for RawSocket {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
