@@ -1,0 +1,320 @@
+//! Completer: matches ACKs, NAKs and read/atomic responses against outstanding WQEs,
+//! completes them strictly in posting order, and drives retries (go-back-N on sequence
+//! NAKs, implicit NAKs and local ACK timeouts; RNR waits) within the QP's retry budgets.
+
+use ferroce_wire::aeth::RNR_TIMER_US;
+use ferroce_wire::{NakCode, Operation, Position, Psn, Syndrome};
+
+use crate::qp::{ack_timeout, Ctx, Qp};
+use crate::responder::Rx;
+use crate::verbs::{QpState, WcStatus, WrOpcode};
+
+use std::time::Duration;
+
+/// What an implicit or explicit ACK up to some PSN found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AckOutcome {
+    Done,
+    /// The ACK passed a READ or atomic whose response never came: resend it.
+    NeedRetry,
+    /// The QP went to ERR.
+    Failed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RetryReason {
+    Timeout,
+    Nak,
+    Implicit,
+}
+
+impl Qp {
+    /// True when some sent PSN is not acknowledged yet.
+    fn outstanding(&self) -> bool {
+        self.comp.psn.before(self.req.max_sent)
+    }
+
+    /// After progress: fresh retry budgets and a restarted (or stopped) ACK timer.
+    fn on_progress(&mut self, ctx: &mut Ctx<'_>) {
+        self.comp.retry_left = self.attr.retry_cnt;
+        self.comp.rnr_left = self.attr.rnr_retry;
+        self.comp.started_retry = false;
+        self.comp.timer = if self.outstanding() {
+            ack_timeout(self.attr.timeout).map(|t| ctx.now + t)
+        } else {
+            None
+        };
+        // An ACK past the requester's position (after a rewind) moves it forward.
+        if self.req.psn.before(self.comp.psn) {
+            self.rewind_to(self.comp.psn);
+        }
+    }
+
+    /// Completes every WQE acknowledged by an ACK (explicit or implied) for `psn`.
+    fn ack_through(&mut self, ctx: &mut Ctx<'_>, psn: Psn) -> AckOutcome {
+        let mut progress = false;
+        let mut outcome = AckOutcome::Done;
+        while let Some(w) = self.sq.front() {
+            let fully_sent = self.req.idx > 0;
+            let started = fully_sent || self.req.offset > 0;
+            if w.local_err.is_some() {
+                self.complete_local_errors(ctx);
+                return AckOutcome::Failed;
+            }
+            if !started || psn.before(w.first_psn) {
+                break;
+            }
+            if psn.distance(w.last_psn()) >= 0 {
+                if w.wr.opcode.is_read_or_atomic() {
+                    outcome = AckOutcome::NeedRetry;
+                    break;
+                }
+                if !fully_sent {
+                    break;
+                }
+                let next = w.last_psn().add(1);
+                self.complete_front(ctx, WcStatus::Success);
+                if next.after(self.comp.psn) {
+                    self.comp.psn = next;
+                }
+                progress = true;
+            } else {
+                if !w.wr.opcode.is_read_or_atomic() && psn.add(1).after(self.comp.psn) {
+                    self.comp.psn = psn.add(1);
+                    progress = true;
+                }
+                break;
+            }
+        }
+        if progress {
+            self.on_progress(ctx);
+        }
+        if self.state() == QpState::Err {
+            return AckOutcome::Failed;
+        }
+        // A locally failed WQE that just became the oldest completes now.
+        if self.sq.front().is_some_and(|w| w.local_err.is_some()) {
+            self.complete_local_errors(ctx);
+            return AckOutcome::Failed;
+        }
+        outcome
+    }
+
+    /// Go-back-N from the oldest unacknowledged PSN, within the retry budget.
+    fn start_retry(&mut self, ctx: &mut Ctx<'_>, reason: RetryReason) {
+        if !self.outstanding() || self.sq.is_empty() {
+            self.comp.timer = None;
+            return;
+        }
+        if reason != RetryReason::Timeout && self.comp.started_retry {
+            return;
+        }
+        if self.attr.retry_cnt != 7 {
+            if self.comp.retry_left == 0 {
+                ctx.counters.retry_exceeded_err += 1;
+                tracing::debug!(qpn = self.qpn, psn = %self.comp.psn, "retry count exceeded");
+                self.complete_front(ctx, WcStatus::RetryExcErr);
+                self.enter_error(ctx);
+                return;
+            }
+            self.comp.retry_left -= 1;
+        }
+        ctx.counters.completer_retry_err += 1;
+        tracing::debug!(qpn = self.qpn, psn = %self.comp.psn, ?reason, "go-back-N retry");
+        self.comp.started_retry = true;
+        self.rewind_to(self.comp.psn);
+        self.comp.timer = ack_timeout(self.attr.timeout).map(|t| ctx.now + t);
+    }
+
+    /// A response packet (ACK, atomic ACK or read response) for this QP's requester.
+    pub(crate) fn handle_response(&mut self, ctx: &mut Ctx<'_>, rx: &Rx<'_>) {
+        if !matches!(self.state(), QpState::Rts | QpState::Sqd) {
+            ctx.counters.rx_bad_state += 1;
+            return;
+        }
+        let psn = rx.bth.psn;
+        if psn.distance(self.req.max_sent) >= 0 {
+            ctx.counters.rx_ghost_ack += 1;
+            tracing::trace!(qpn = self.qpn, %psn, "ghost ACK ignored");
+            return;
+        }
+        if psn.before(self.comp.psn) {
+            ctx.counters.rx_duplicate_ack += 1;
+            return;
+        }
+        let op = rx.bth.opcode;
+        match op.operation() {
+            Operation::Acknowledge => {
+                let Some(aeth) = rx.ext.aeth else {
+                    ctx.counters.rx_malformed += 1;
+                    return;
+                };
+                match aeth.syndrome {
+                    Syndrome::Ack { .. } => {
+                        if self.ack_through(ctx, psn) == AckOutcome::NeedRetry {
+                            self.start_retry(ctx, RetryReason::Implicit);
+                        }
+                    }
+                    Syndrome::RnrNak { timer } => self.on_rnr_nak(ctx, psn, timer),
+                    Syndrome::Nak(NakCode::PsnSequenceError) => {
+                        if self.ack_through(ctx, psn.sub(1)) == AckOutcome::Failed {
+                            return;
+                        }
+                        ctx.counters.rcvd_seq_err += 1;
+                        self.start_retry(ctx, RetryReason::Nak);
+                    }
+                    Syndrome::Nak(code) => {
+                        if self.ack_through(ctx, psn.sub(1)) == AckOutcome::Failed {
+                            return;
+                        }
+                        let status = match code {
+                            NakCode::InvalidRequest => WcStatus::RemInvReqErr,
+                            NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                            NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+                            NakCode::InvalidRdRequest => WcStatus::RemInvRdReqErr,
+                            NakCode::PsnSequenceError => WcStatus::BadRespErr,
+                        };
+                        tracing::debug!(qpn = self.qpn, %psn, ?code, "NAK received");
+                        self.complete_front(ctx, status);
+                        self.enter_error(ctx);
+                    }
+                }
+            }
+            Operation::AtomicAcknowledge => self.on_atomic_ack(ctx, rx),
+            Operation::RdmaReadResponse => self.on_read_response(ctx, rx),
+            _ => ctx.counters.rx_unexpected_response += 1,
+        }
+    }
+
+    fn on_rnr_nak(&mut self, ctx: &mut Ctx<'_>, psn: Psn, timer: u8) {
+        match self.ack_through(ctx, psn.sub(1)) {
+            AckOutcome::Failed => return,
+            AckOutcome::NeedRetry => return self.start_retry(ctx, RetryReason::Implicit),
+            AckOutcome::Done => {}
+        }
+        ctx.counters.rcvd_rnr_err += 1;
+        if self.attr.rnr_retry != 7 {
+            if self.comp.rnr_left == 0 {
+                ctx.counters.retry_rnr_exceeded_err += 1;
+                tracing::debug!(qpn = self.qpn, %psn, "RNR retry count exceeded");
+                self.complete_front(ctx, WcStatus::RnrRetryExcErr);
+                self.enter_error(ctx);
+                return;
+            }
+            self.comp.rnr_left -= 1;
+        }
+        let wait = Duration::from_micros(u64::from(RNR_TIMER_US[usize::from(timer & 0x1f)]));
+        tracing::debug!(qpn = self.qpn, %psn, ?wait, "RNR NAK: waiting");
+        self.comp.rnr_until = Some(ctx.now + wait);
+        self.comp.timer = None;
+        self.rewind_to(self.comp.psn);
+    }
+
+    fn on_atomic_ack(&mut self, ctx: &mut Ctx<'_>, rx: &Rx<'_>) {
+        let psn = rx.bth.psn;
+        match self.ack_through(ctx, psn.sub(1)) {
+            AckOutcome::Failed => return,
+            AckOutcome::NeedRetry => return self.start_retry(ctx, RetryReason::Implicit),
+            AckOutcome::Done => {}
+        }
+        let (Some(w), Some(ack)) = (self.sq.front(), rx.ext.atomic_ack_eth) else {
+            ctx.counters.rx_unexpected_response += 1;
+            return;
+        };
+        if !w.wr.opcode.is_atomic() || w.first_psn != psn || self.req.idx == 0 {
+            ctx.counters.rx_unexpected_response += 1;
+            return;
+        }
+        let sge = w.wr.sg_list.first().copied();
+        let placed = match sge {
+            Some(s) => ctx.mrs.scatter(self.pd, &[s], 0, &ack.orig.to_le_bytes()),
+            None => Ok(()),
+        };
+        self.comp.psn = psn.add(1);
+        if let Err(e) = placed {
+            tracing::debug!(qpn = self.qpn, %e, "atomic result placement failed");
+            self.complete_front(ctx, WcStatus::LocProtErr);
+            self.enter_error(ctx);
+            return;
+        }
+        self.complete_front(ctx, WcStatus::Success);
+        self.on_progress(ctx);
+        self.complete_local_errors(ctx);
+    }
+
+    fn on_read_response(&mut self, ctx: &mut Ctx<'_>, rx: &Rx<'_>) {
+        let psn = rx.bth.psn;
+        match self.ack_through(ctx, psn.sub(1)) {
+            AckOutcome::Failed => return,
+            AckOutcome::NeedRetry => return self.start_retry(ctx, RetryReason::Implicit),
+            AckOutcome::Done => {}
+        }
+        let mtu = self.mtu();
+        let Some(w) = self.sq.front() else {
+            ctx.counters.rx_unexpected_response += 1;
+            return;
+        };
+        let sent = self.req.idx > 0;
+        if w.wr.opcode != WrOpcode::RdmaRead
+            || !sent
+            || psn.before(w.first_psn)
+            || psn.after(w.last_psn())
+        {
+            ctx.counters.rx_unexpected_response += 1;
+            return;
+        }
+        if psn != self.comp.psn {
+            // Responses before this one were lost: resend the READ from the gap.
+            return self.start_retry(ctx, RetryReason::Implicit);
+        }
+        let k = psn.distance(w.first_psn) as u32;
+        let offset = k * mtu;
+        let expect = (w.len - offset.min(w.len)).min(mtu) as usize;
+        let last = psn == w.last_psn();
+        let pos_last = matches!(rx.bth.opcode.position(), Position::Last | Position::Only);
+        if rx.payload.len() != expect || last != pos_last {
+            tracing::debug!(qpn = self.qpn, %psn, len = rx.payload.len(), expect, "bad read response");
+            self.complete_front(ctx, WcStatus::BadRespErr);
+            self.enter_error(ctx);
+            return;
+        }
+        let placed = ctx
+            .mrs
+            .scatter(self.pd, &w.wr.sg_list, u64::from(offset), rx.payload);
+        if let Err(e) = placed {
+            tracing::debug!(qpn = self.qpn, %e, "read response placement failed");
+            self.complete_front(ctx, WcStatus::LocProtErr);
+            self.enter_error(ctx);
+            return;
+        }
+        self.comp.psn = psn.add(1);
+        if last {
+            self.complete_front(ctx, WcStatus::Success);
+        }
+        self.on_progress(ctx);
+        self.complete_local_errors(ctx);
+    }
+
+    /// Timers: the local ACK timeout (go-back-N) and the end of an RNR wait.
+    pub(crate) fn on_timeout(&mut self, ctx: &mut Ctx<'_>) {
+        if let Some(t) = self.comp.rnr_until {
+            if ctx.now >= t {
+                self.comp.rnr_until = None;
+                tracing::debug!(qpn = self.qpn, psn = %self.comp.psn, "RNR wait over: resending");
+                self.rewind_to(self.comp.psn);
+                self.comp.timer = ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
+            }
+        }
+        if let Some(t) = self.comp.timer {
+            if ctx.now >= t {
+                if !self.outstanding() {
+                    self.comp.timer = None;
+                    return;
+                }
+                ctx.counters.ack_timeouts += 1;
+                tracing::debug!(qpn = self.qpn, psn = %self.comp.psn, "local ACK timeout");
+                self.start_retry(ctx, RetryReason::Timeout);
+            }
+        }
+    }
+}

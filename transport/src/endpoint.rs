@@ -1,0 +1,597 @@
+//! The device: memory regions, completion queues, QPs, and the sans-IO surface
+//! (`handle_packet`, `poll_transmit`, `poll_timeout`, `handle_timeout`).
+
+use std::collections::BTreeMap;
+
+use core::net::{IpAddr, Ipv6Addr};
+
+use ferroce_wire::{
+    icrc, BthRepr, Datagram, DatagramRepr, ExtRepr, IbRepr, IpRepr, Opcode, Psn, Service,
+};
+
+use crate::counters::Counters;
+use crate::cq::CqTable;
+use crate::error::{Error, Result};
+use crate::mr::{Access, MrInfo, MrTable};
+use crate::qp::{Ctx, Qp};
+use crate::responder::Rx;
+use crate::time::Instant;
+use crate::tx::{ip_udp_len, TxMeta, MAX_DATAGRAM_LEN};
+use crate::verbs::{
+    CqId, Mtu, PdId, QpAttr, QpAttrMask, QpInitAttr, QpState, QpType, RecvWr, SendWr,
+    WorkCompletion,
+};
+
+/// First QP number handed out (as rxe; 0 and 1 are the special QPs).
+pub const FIRST_QPN: u32 = 0x11;
+/// Most work requests per queue.
+pub const MAX_WR: u32 = 16384;
+/// Most scatter/gather elements per work request.
+pub const MAX_SGE: u32 = 32;
+/// Most inline bytes per send work request.
+pub const MAX_INLINE: u32 = 512;
+/// Deepest completion queue.
+pub const MAX_CQE: usize = 1 << 20;
+/// TTL / hop limit of every packet (the kernel's RoCE v2 default).
+pub const HOP_LIMIT: u8 = 64;
+
+/// Device configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointConfig {
+    /// The GID table; IPv4 addresses in IPv4-mapped form. Packets to other addresses are
+    /// dropped.
+    pub local_gids: Vec<Ipv6Addr>,
+    /// The port's active MTU: the largest path MTU allowed, and the MTU of UD QPs.
+    pub port_mtu: Mtu,
+}
+
+impl Default for EndpointConfig {
+    fn default() -> Self {
+        EndpointConfig {
+            local_gids: Vec::new(),
+            port_mtu: Mtu::Mtu4096,
+        }
+    }
+}
+
+/// One datagram written by [`Endpoint::poll_transmit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// Bytes written at the start of the buffer (IP header through ICRC).
+    pub len: usize,
+    /// Destination IP address (IPv4 for IPv4-mapped GIDs).
+    pub dst: IpAddr,
+    /// Source IP address.
+    pub src: IpAddr,
+    /// The ECN bits written in the IP header.
+    pub ecn: u8,
+    /// The QP that sent it.
+    pub qpn: u32,
+}
+
+/// A RoCE v2 device in user space, without I/O.
+#[derive(Debug)]
+pub struct Endpoint {
+    config: EndpointConfig,
+    mrs: MrTable,
+    cqs: CqTable,
+    qps: BTreeMap<u32, Qp>,
+    counters: Counters,
+    next_qpn: u32,
+    /// Round-robin cursor: the QP number to try first.
+    rr: u32,
+    ip_id: u16,
+}
+
+fn to_ip(gid: Ipv6Addr) -> IpAddr {
+    match gid.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(gid),
+    }
+}
+
+impl Endpoint {
+    /// A device with the given GIDs and port MTU.
+    pub fn new(config: EndpointConfig) -> Endpoint {
+        Endpoint {
+            config,
+            mrs: MrTable::default(),
+            cqs: CqTable::default(),
+            qps: BTreeMap::new(),
+            counters: Counters::default(),
+            next_qpn: FIRST_QPN,
+            rr: 0,
+            ip_id: 0,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EndpointConfig {
+        &self.config
+    }
+
+    /// Counters since creation.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&mut self) -> PdId {
+        self.mrs.alloc_pd()
+    }
+
+    /// Frees a protection domain that has no regions and no QPs.
+    pub fn dealloc_pd(&mut self, pd: PdId) -> Result<()> {
+        if !self.mrs.pd_exists(pd) {
+            return Err(Error::InvalidPd);
+        }
+        if self.mrs.pd_in_use(pd) || self.qps.values().any(|q| q.pd == pd) {
+            return Err(Error::PdInUse);
+        }
+        self.mrs.dealloc_pd(pd);
+        Ok(())
+    }
+
+    /// Registers a zero-filled region of `len` bytes at an automatic iova.
+    pub fn reg_mr(&mut self, pd: PdId, len: usize, access: Access) -> Result<MrInfo> {
+        self.reg_mr_with(pd, vec![0; len], None, access)
+    }
+
+    /// Registers `bytes` (the region owns them) at `iova`, or an automatic iova.
+    pub fn reg_mr_with(
+        &mut self,
+        pd: PdId,
+        bytes: Vec<u8>,
+        iova: Option<u64>,
+        access: Access,
+    ) -> Result<MrInfo> {
+        if !self.mrs.pd_exists(pd) {
+            return Err(Error::InvalidPd);
+        }
+        let all = Access::LOCAL_WRITE
+            | Access::REMOTE_WRITE
+            | Access::REMOTE_READ
+            | Access::REMOTE_ATOMIC;
+        if !access.difference(all).is_empty()
+            || (access.intersects(Access::REMOTE_WRITE | Access::REMOTE_ATOMIC)
+                && !access.contains(Access::LOCAL_WRITE))
+        {
+            return Err(Error::InvalidAccess);
+        }
+        self.mrs
+            .register(pd, bytes.into_boxed_slice(), iova, access)
+            .ok_or(Error::OutOfResources)
+    }
+
+    /// Deregisters a region and returns its bytes.
+    pub fn dereg_mr(&mut self, lkey: u32) -> Result<Vec<u8>> {
+        self.mrs
+            .deregister(lkey)
+            .map(Vec::from)
+            .ok_or(Error::InvalidKey(lkey))
+    }
+
+    /// Registration info of a region.
+    pub fn mr_info(&self, lkey: u32) -> Option<MrInfo> {
+        self.mrs.info(lkey)
+    }
+
+    /// The bytes of a region (the application's view of its buffer).
+    pub fn mr_bytes(&self, lkey: u32) -> Option<&[u8]> {
+        self.mrs.bytes(lkey)
+    }
+
+    /// The bytes of a region, writable.
+    pub fn mr_bytes_mut(&mut self, lkey: u32) -> Option<&mut [u8]> {
+        self.mrs.bytes_mut(lkey)
+    }
+
+    /// Creates a completion queue of `depth` entries.
+    pub fn create_cq(&mut self, depth: usize) -> Result<CqId> {
+        if depth == 0 || depth > MAX_CQE {
+            return Err(Error::InvalidCq);
+        }
+        Ok(self.cqs.create(depth))
+    }
+
+    /// Destroys a completion queue no QP uses.
+    pub fn destroy_cq(&mut self, cq: CqId) -> Result<()> {
+        if !self.cqs.exists(cq) {
+            return Err(Error::InvalidCq);
+        }
+        if self
+            .qps
+            .values()
+            .any(|q| q.send_cq == cq || q.recv_cq == cq)
+        {
+            return Err(Error::CqInUse);
+        }
+        self.cqs.destroy(cq);
+        Ok(())
+    }
+
+    /// Moves up to `max` completions of `cq` into `out`; returns how many.
+    pub fn poll_cq(&mut self, cq: CqId, out: &mut Vec<WorkCompletion>, max: usize) -> usize {
+        self.cqs.poll(cq, out, max)
+    }
+
+    /// Completions waiting in `cq`.
+    pub fn cq_len(&self, cq: CqId) -> usize {
+        self.cqs.len(cq)
+    }
+
+    /// Creates a QP in RESET; returns its number.
+    pub fn create_qp(&mut self, pd: PdId, init: QpInitAttr) -> Result<u32> {
+        if !self.mrs.pd_exists(pd) {
+            return Err(Error::InvalidPd);
+        }
+        if !self.cqs.exists(init.send_cq) || !self.cqs.exists(init.recv_cq) {
+            return Err(Error::InvalidCq);
+        }
+        let c = init.cap;
+        if c.max_send_wr > MAX_WR || c.max_recv_wr > MAX_WR {
+            return Err(Error::InvalidAttr("max_send_wr/max_recv_wr"));
+        }
+        if c.max_send_sge > MAX_SGE || c.max_recv_sge > MAX_SGE {
+            return Err(Error::InvalidAttr("max_send_sge/max_recv_sge"));
+        }
+        if c.max_inline_data > MAX_INLINE {
+            return Err(Error::InvalidAttr("max_inline_data"));
+        }
+        let qpn = self.alloc_qpn().ok_or(Error::OutOfResources)?;
+        let mut qp = Qp::new(
+            qpn,
+            init.qp_type,
+            pd,
+            init.send_cq,
+            init.recv_cq,
+            c,
+            init.sq_sig_all,
+        );
+        if init.qp_type == QpType::Ud {
+            qp.attr.path_mtu = self.config.port_mtu;
+        }
+        self.qps.insert(qpn, qp);
+        Ok(qpn)
+    }
+
+    fn alloc_qpn(&mut self) -> Option<u32> {
+        for _ in 0..0x00ff_ffff {
+            let q = self.next_qpn;
+            self.next_qpn = if q >= 0x00ff_ffff { FIRST_QPN } else { q + 1 };
+            if !self.qps.contains_key(&q) {
+                return Some(q);
+            }
+        }
+        None
+    }
+
+    /// Destroys a QP; its outstanding work requests are dropped without completions.
+    pub fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
+        self.qps
+            .remove(&qpn)
+            .map(|_| ())
+            .ok_or(Error::InvalidQp(qpn))
+    }
+
+    /// ibv_modify_qp: applies the attributes in `mask`, checking the transition table.
+    pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
+        let Endpoint {
+            qps,
+            mrs,
+            cqs,
+            counters,
+            config,
+            ..
+        } = self;
+        let qp = qps.get_mut(&qpn).ok_or(Error::InvalidQp(qpn))?;
+        let mut ctx = Ctx {
+            mrs,
+            cqs,
+            counters,
+            now: Instant::ZERO,
+        };
+        qp.modify(&mut ctx, attr, mask, &config.local_gids, config.port_mtu)
+    }
+
+    /// ibv_query_qp: the current attributes (state included) and the creation attributes.
+    pub fn query_qp(&self, qpn: u32) -> Result<(QpAttr, QpInitAttr)> {
+        let qp = self.qps.get(&qpn).ok_or(Error::InvalidQp(qpn))?;
+        let mut attr = qp.attr;
+        attr.cur_qp_state = attr.qp_state;
+        Ok((
+            attr,
+            QpInitAttr {
+                qp_type: qp.qp_type,
+                send_cq: qp.send_cq,
+                recv_cq: qp.recv_cq,
+                cap: qp.cap,
+                sq_sig_all: qp.sq_sig_all,
+            },
+        ))
+    }
+
+    /// The state of a QP.
+    pub fn qp_state(&self, qpn: u32) -> Result<QpState> {
+        self.qps
+            .get(&qpn)
+            .map(Qp::state)
+            .ok_or(Error::InvalidQp(qpn))
+    }
+
+    /// Send WQEs posted and not completed yet.
+    pub fn sq_outstanding(&self, qpn: u32) -> Result<usize> {
+        self.qps
+            .get(&qpn)
+            .map(|q| q.sq.len())
+            .ok_or(Error::InvalidQp(qpn))
+    }
+
+    fn with_qp<T>(
+        &mut self,
+        qpn: u32,
+        now: Instant,
+        f: impl FnOnce(&mut Qp, &mut Ctx<'_>, &EndpointConfig) -> T,
+    ) -> Result<T> {
+        let Endpoint {
+            qps,
+            mrs,
+            cqs,
+            counters,
+            config,
+            ..
+        } = self;
+        let qp = qps.get_mut(&qpn).ok_or(Error::InvalidQp(qpn))?;
+        let mut ctx = Ctx {
+            mrs,
+            cqs,
+            counters,
+            now,
+        };
+        Ok(f(qp, &mut ctx, config))
+    }
+
+    /// ibv_post_send. Inline data is copied now; everything else is read when sent.
+    pub fn post_send(&mut self, qpn: u32, wr: &SendWr) -> Result<()> {
+        self.with_qp(qpn, Instant::ZERO, |qp, ctx, cfg| {
+            qp.post_send(ctx, wr, &cfg.local_gids, cfg.port_mtu)
+        })?
+    }
+
+    /// ibv_post_recv.
+    pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr) -> Result<()> {
+        self.with_qp(qpn, Instant::ZERO, |qp, ctx, _| qp.post_recv(ctx, wr))?
+    }
+
+    /// Takes in one RoCE v2 IP datagram (IPv4 or IPv6 header through ICRC). Anything
+    /// malformed, corrupted or unauthorized is counted and dropped or NAKed; nothing
+    /// here panics or allocates per packet beyond bounded queues.
+    pub fn handle_packet(&mut self, now: Instant, ip_packet: &[u8]) {
+        let dg = match Datagram::parse(ip_packet) {
+            Ok(d) => d,
+            Err(e) => {
+                self.counters.rx_malformed += 1;
+                tracing::trace!(%e, "malformed datagram");
+                return;
+            }
+        };
+        if let Err(e) = dg.verify_icrc() {
+            self.counters.rx_icrc_err += 1;
+            tracing::trace!(%e, "ICRC error");
+            return;
+        }
+        let ib = dg.ib();
+        let repr = match IbRepr::parse(&ib) {
+            Ok(r) => r,
+            Err(e) => {
+                self.counters.rx_malformed += 1;
+                tracing::trace!(%e, "malformed IB headers");
+                return;
+            }
+        };
+        if !self.config.local_gids.contains(&dg.dst_gid()) {
+            self.counters.rx_unknown_gid += 1;
+            return;
+        }
+        let bth = repr.bth;
+        if bth.pkey & 0x7fff != BthRepr::DEFAULT_PKEY & 0x7fff {
+            self.counters.rx_bad_pkey += 1;
+            return;
+        }
+        let op = bth.opcode;
+        if op.service() == Service::Cnp {
+            self.counters.rx_cnp += 1;
+            return;
+        }
+        let src_gid = dg.src_gid();
+        // The IP header ends 8 bytes (UDP) before the BTH.
+        let ib_offset = dg.ip_packet().len() - ib.as_bytes().len();
+        let ip_header = dg
+            .ip_packet()
+            .get(..ib_offset.saturating_sub(8))
+            .unwrap_or(&[]);
+        let Endpoint {
+            qps,
+            mrs,
+            cqs,
+            counters,
+            ..
+        } = self;
+        let Some(qp) = qps.get_mut(&bth.dest_qp) else {
+            counters.rx_unknown_qp += 1;
+            return;
+        };
+        let service_ok = matches!(
+            (qp.qp_type, op.service()),
+            (QpType::Rc, Service::Rc) | (QpType::Uc, Service::Uc) | (QpType::Ud, Service::Ud)
+        );
+        if !service_ok {
+            counters.rx_bad_opcode += 1;
+            return;
+        }
+        if qp.qp_type != QpType::Ud {
+            if qp.state() < QpState::Rtr {
+                counters.rx_bad_state += 1;
+                return;
+            }
+            if src_gid != qp.attr.av.dest_gid {
+                counters.rx_bad_src += 1;
+                return;
+            }
+        }
+        counters.rcvd_pkts += 1;
+        let rx = Rx {
+            bth,
+            ext: repr.ext,
+            payload: repr.payload,
+            src_gid,
+            ip_header,
+        };
+        let mut ctx = Ctx {
+            mrs,
+            cqs,
+            counters,
+            now,
+        };
+        if op.info().is_response() {
+            qp.handle_response(&mut ctx, &rx);
+        } else {
+            qp.handle_request(&mut ctx, &rx);
+        }
+    }
+
+    /// Writes the next datagram to send into `buf` (which must hold
+    /// [`MAX_DATAGRAM_LEN`] bytes), serving QPs round-robin; responder packets of a QP
+    /// go before its requests.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if buf.len() < MAX_DATAGRAM_LEN {
+            self.counters.tx_buf_too_small += 1;
+            return None;
+        }
+        let Endpoint {
+            qps,
+            mrs,
+            cqs,
+            counters,
+            config,
+            rr,
+            ..
+        } = self;
+        let mut ctx = Ctx {
+            mrs,
+            cqs,
+            counters,
+            now,
+        };
+        let start = *rr;
+        let mut sent = None;
+        for (&qpn, qp) in qps.range_mut(start..) {
+            if let Some(m) = Self::qp_transmit(qp, &mut ctx, config, buf) {
+                sent = Some((qpn, m));
+                break;
+            }
+        }
+        if sent.is_none() {
+            for (&qpn, qp) in qps.range_mut(..start) {
+                if let Some(m) = Self::qp_transmit(qp, &mut ctx, config, buf) {
+                    sent = Some((qpn, m));
+                    break;
+                }
+            }
+        }
+        let (qpn, meta) = sent?;
+        *rr = qpn.wrapping_add(1);
+        self.finish_datagram(qpn, meta, buf)
+    }
+
+    fn qp_transmit(
+        qp: &mut Qp,
+        ctx: &mut Ctx<'_>,
+        config: &EndpointConfig,
+        buf: &mut [u8],
+    ) -> Option<TxMeta> {
+        if qp.next_timeout().is_some_and(|t| t <= ctx.now) {
+            qp.on_timeout(ctx);
+        }
+        qp.responder_tx(ctx, &config.local_gids, buf)
+            .or_else(|| qp.requester_tx(ctx, &config.local_gids, buf))
+    }
+
+    /// Adds IP and UDP headers and the ICRC to the IB packet a QP wrote.
+    fn finish_datagram(&mut self, qpn: u32, m: TxMeta, buf: &mut [u8]) -> Option<Transmit> {
+        let hl = ip_udp_len(&m.dst);
+        let ecn = m.traffic_class & 3;
+        let ip = match (m.dst.to_ipv4_mapped(), m.src.to_ipv4_mapped()) {
+            (Some(dst), Some(src)) => {
+                self.ip_id = self.ip_id.wrapping_add(1);
+                IpRepr::V4 {
+                    src,
+                    dst,
+                    dscp: m.traffic_class >> 2,
+                    ecn,
+                    ttl: HOP_LIMIT,
+                    identification: self.ip_id,
+                    dont_fragment: true,
+                }
+            }
+            _ => IpRepr::V6 {
+                src: m.src,
+                dst: m.dst,
+                traffic_class: m.traffic_class,
+                flow_label: m.flow_label & 0xf_ffff,
+                hop_limit: HOP_LIMIT,
+            },
+        };
+        let d = DatagramRepr {
+            ip,
+            src_port: m.sport,
+            ib: IbRepr {
+                bth: BthRepr::new(Opcode::RC_ACKNOWLEDGE, 0, Psn::new(0)),
+                ext: ExtRepr::default(),
+                payload: &[],
+            },
+        };
+        let total = hl + m.ib_len;
+        if d.emit_ip_udp(&mut buf[..hl], m.ib_len).is_err()
+            || icrc::fill(&mut buf[..total]).is_err()
+        {
+            self.counters.tx_buf_too_small += 1;
+            return None;
+        }
+        self.counters.sent_pkts += 1;
+        Some(Transmit {
+            len: total,
+            dst: to_ip(m.dst),
+            src: to_ip(m.src),
+            ecn,
+            qpn,
+        })
+    }
+
+    /// The earliest instant at which `handle_timeout` has work (retransmit or RNR timer).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.qps.values().filter_map(Qp::next_timeout).min()
+    }
+
+    /// Runs every timer that expired at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let Endpoint {
+            qps,
+            mrs,
+            cqs,
+            counters,
+            ..
+        } = self;
+        let mut ctx = Ctx {
+            mrs,
+            cqs,
+            counters,
+            now,
+        };
+        for qp in qps.values_mut() {
+            if qp.next_timeout().is_some_and(|t| t <= now) {
+                qp.on_timeout(&mut ctx);
+            }
+        }
+    }
+}

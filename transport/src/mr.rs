@@ -1,0 +1,587 @@
+//! Protection domains and memory regions.
+//!
+//! A region owns its bytes (`Box<[u8]>`) and is addressed by an I/O virtual address (iova)
+//! range, as the peer sees it in RETHs. Every byte the engine touches goes through
+//! [`MrTable::check`]: key, protection domain, bounds (overflow-safe), access right and,
+//! for atomics, 8-byte alignment. There is no other way in.
+
+use crate::verbs::{flags, PdId, Sge};
+
+flags! {
+    /// Memory and QP access rights (ibv_access_flags, same bit values).
+    Access: u32 {
+        LOCAL_WRITE = 1 << 0;
+        REMOTE_WRITE = 1 << 1;
+        REMOTE_READ = 1 << 2;
+        REMOTE_ATOMIC = 1 << 3;
+    }
+}
+
+/// Why a memory access was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MrError {
+    /// No region has this key (never registered, deregistered, or a stale key).
+    InvalidKey(u32),
+    /// The region was invalidated (SEND with invalidate).
+    Invalidated(u32),
+    /// The region belongs to another protection domain.
+    PdMismatch,
+    /// The range is not inside the region (or wraps around the address space).
+    OutOfBounds { addr: u64, len: u64 },
+    /// The region does not grant the access.
+    AccessDenied(Access),
+    /// An atomic target that is not 8-byte aligned.
+    Misaligned(u64),
+}
+
+impl core::fmt::Display for MrError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            MrError::InvalidKey(k) => write!(f, "invalid memory key {k:#x}"),
+            MrError::Invalidated(k) => write!(f, "memory key {k:#x} was invalidated"),
+            MrError::PdMismatch => write!(f, "memory region is in another protection domain"),
+            MrError::OutOfBounds { addr, len } => {
+                write!(f, "{len} bytes at {addr:#x} are outside the region")
+            }
+            MrError::AccessDenied(a) => write!(f, "access {:#x} not granted", a.0),
+            MrError::Misaligned(a) => write!(f, "atomic address {a:#x} is not 8-byte aligned"),
+        }
+    }
+}
+
+impl std::error::Error for MrError {}
+
+/// What a registered region looks like to the application.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MrInfo {
+    pub lkey: u32,
+    /// Equal to `lkey`, as rxe does for ordinary MRs.
+    pub rkey: u32,
+    /// The iova of the first byte.
+    pub addr: u64,
+    pub len: u64,
+}
+
+/// Whether a key came from the local side (lkey) or over the wire (rkey).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyKind {
+    Local,
+    Remote,
+}
+
+#[derive(Debug)]
+struct Mr {
+    key: u32,
+    pd: PdId,
+    iova: u64,
+    access: Access,
+    invalidated: bool,
+    bytes: Box<[u8]>,
+}
+
+/// A checked location: region slot and byte offset. Only [`MrTable::check`] makes one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Checked {
+    slot: usize,
+    offset: usize,
+    len: usize,
+}
+
+/// The default iova base of region `slot` when the caller does not choose one: each
+/// region gets its own 4 GiB window so a stray address never lands in another region.
+const AUTO_IOVA_BASE: u64 = 0x1000_0000_0000;
+
+/// All protection domains and memory regions of an endpoint.
+#[derive(Debug, Default)]
+pub struct MrTable {
+    slots: Vec<Option<Mr>>,
+    /// Key generation per slot, so a reused slot gets a fresh key.
+    generations: Vec<u8>,
+    pds: Vec<bool>,
+}
+
+impl MrTable {
+    pub(crate) fn alloc_pd(&mut self) -> PdId {
+        self.pds.push(true);
+        PdId(self.pds.len() as u32 - 1)
+    }
+
+    pub(crate) fn pd_exists(&self, pd: PdId) -> bool {
+        self.pds.get(pd.0 as usize).copied().unwrap_or(false)
+    }
+
+    pub(crate) fn pd_in_use(&self, pd: PdId) -> bool {
+        self.slots.iter().flatten().any(|m| m.pd == pd)
+    }
+
+    pub(crate) fn dealloc_pd(&mut self, pd: PdId) {
+        if let Some(p) = self.pds.get_mut(pd.0 as usize) {
+            *p = false;
+        }
+    }
+
+    /// Registers `bytes` at `iova` (or an automatic base). The caller checked the PD and
+    /// the access combination.
+    pub(crate) fn register(
+        &mut self,
+        pd: PdId,
+        bytes: Box<[u8]>,
+        iova: Option<u64>,
+        access: Access,
+    ) -> Option<MrInfo> {
+        let slot = match self.slots.iter().position(Option::is_none) {
+            Some(s) => s,
+            None => {
+                self.slots.push(None);
+                self.generations.push(0);
+                self.slots.len() - 1
+            }
+        };
+        // Keys are (slot + 1) << 8 | generation: never 0, 24 bits of slot.
+        if slot >= 0x00ff_fffe {
+            return None;
+        }
+        let iova = iova.unwrap_or(AUTO_IOVA_BASE + ((slot as u64) << 32));
+        let len = bytes.len() as u64;
+        iova.checked_add(len)?;
+        self.generations[slot] = self.generations[slot].wrapping_add(1);
+        let key = ((slot as u32 + 1) << 8) | u32::from(self.generations[slot]);
+        self.slots[slot] = Some(Mr {
+            key,
+            pd,
+            iova,
+            access,
+            invalidated: false,
+            bytes,
+        });
+        Some(MrInfo {
+            lkey: key,
+            rkey: key,
+            addr: iova,
+            len,
+        })
+    }
+
+    fn slot_of(key: u32) -> usize {
+        ((key >> 8) as usize).wrapping_sub(1)
+    }
+
+    fn get(&self, key: u32) -> Option<&Mr> {
+        self.slots
+            .get(Self::slot_of(key))?
+            .as_ref()
+            .filter(|m| m.key == key)
+    }
+
+    fn get_mut(&mut self, key: u32) -> Option<&mut Mr> {
+        self.slots
+            .get_mut(Self::slot_of(key))?
+            .as_mut()
+            .filter(|m| m.key == key)
+    }
+
+    /// Removes a region; its bytes are returned.
+    pub(crate) fn deregister(&mut self, lkey: u32) -> Option<Box<[u8]>> {
+        self.get(lkey)?;
+        self.slots[Self::slot_of(lkey)].take().map(|m| m.bytes)
+    }
+
+    /// Invalidates the region of `rkey` (SEND with invalidate). Ferroce invalidates
+    /// ordinary MRs: afterwards neither key works until the region is re-registered.
+    pub(crate) fn invalidate(&mut self, pd: PdId, rkey: u32) -> Result<(), MrError> {
+        let mr = self.get_mut(rkey).ok_or(MrError::InvalidKey(rkey))?;
+        if mr.pd != pd {
+            return Err(MrError::PdMismatch);
+        }
+        if mr.invalidated {
+            return Err(MrError::Invalidated(rkey));
+        }
+        mr.invalidated = true;
+        Ok(())
+    }
+
+    /// Registration info of a live region.
+    pub(crate) fn info(&self, lkey: u32) -> Option<MrInfo> {
+        self.get(lkey).map(|m| MrInfo {
+            lkey: m.key,
+            rkey: m.key,
+            addr: m.iova,
+            len: m.bytes.len() as u64,
+        })
+    }
+
+    /// The application's view of a region's bytes.
+    pub(crate) fn bytes(&self, lkey: u32) -> Option<&[u8]> {
+        self.get(lkey).map(|m| &m.bytes[..])
+    }
+
+    /// The application's mutable view of a region's bytes.
+    pub(crate) fn bytes_mut(&mut self, lkey: u32) -> Option<&mut [u8]> {
+        self.get_mut(lkey).map(|m| &mut m.bytes[..])
+    }
+
+    /// The one gate to region memory: `len` bytes at `addr` under `key`, from `pd`, with
+    /// right `need` (empty for a local read, which every valid lkey allows).
+    pub(crate) fn check(
+        &self,
+        key: u32,
+        kind: KeyKind,
+        pd: PdId,
+        addr: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<Checked, MrError> {
+        let slot = Self::slot_of(key);
+        let mr = self.get(key).ok_or(MrError::InvalidKey(key))?;
+        if mr.invalidated {
+            return Err(MrError::Invalidated(key));
+        }
+        if mr.pd != pd {
+            return Err(MrError::PdMismatch);
+        }
+        if kind == KeyKind::Remote && need.is_empty() {
+            // Remote access always names a right; refuse a caller bug rather than allow.
+            return Err(MrError::AccessDenied(need));
+        }
+        if !mr.access.contains(need) {
+            return Err(MrError::AccessDenied(need));
+        }
+        let oob = MrError::OutOfBounds { addr, len };
+        let end = addr.checked_add(len).ok_or(oob)?;
+        let mr_end = mr.iova + mr.bytes.len() as u64;
+        if addr < mr.iova || end > mr_end {
+            return Err(oob);
+        }
+        let offset = usize::try_from(addr - mr.iova).map_err(|_| oob)?;
+        let len = usize::try_from(len).map_err(|_| oob)?;
+        Ok(Checked { slot, offset, len })
+    }
+
+    fn slice(&self, c: Checked) -> &[u8] {
+        // `check` proved the slot is live and the range in bounds.
+        match &self.slots[c.slot] {
+            Some(m) => &m.bytes[c.offset..c.offset + c.len],
+            None => &[],
+        }
+    }
+
+    fn slice_mut(&mut self, c: Checked) -> &mut [u8] {
+        match &mut self.slots[c.slot] {
+            Some(m) => &mut m.bytes[c.offset..c.offset + c.len],
+            None => &mut [],
+        }
+    }
+
+    /// Copies region bytes out (`out.len()` bytes at `addr`).
+    pub(crate) fn read(
+        &self,
+        key: u32,
+        kind: KeyKind,
+        pd: PdId,
+        addr: u64,
+        need: Access,
+        out: &mut [u8],
+    ) -> Result<(), MrError> {
+        let c = self.check(key, kind, pd, addr, out.len() as u64, need)?;
+        out.copy_from_slice(self.slice(c));
+        Ok(())
+    }
+
+    /// Copies bytes into a region.
+    pub(crate) fn write(
+        &mut self,
+        key: u32,
+        kind: KeyKind,
+        pd: PdId,
+        addr: u64,
+        need: Access,
+        data: &[u8],
+    ) -> Result<(), MrError> {
+        let c = self.check(key, kind, pd, addr, data.len() as u64, need)?;
+        self.slice_mut(c).copy_from_slice(data);
+        Ok(())
+    }
+
+    /// Performs a remote atomic on the 8 bytes at `addr`, read as a little-endian u64 (the
+    /// host order of x86 and arm, where rxe accesses a native `u64`), returning the
+    /// original value.
+    pub(crate) fn atomic(
+        &mut self,
+        rkey: u32,
+        pd: PdId,
+        addr: u64,
+        op: AtomicOp,
+    ) -> Result<u64, MrError> {
+        if addr % 8 != 0 {
+            return Err(MrError::Misaligned(addr));
+        }
+        let c = self.check(rkey, KeyKind::Remote, pd, addr, 8, Access::REMOTE_ATOMIC)?;
+        let s = self.slice_mut(c);
+        let mut v = [0u8; 8];
+        v.copy_from_slice(s);
+        let orig = u64::from_le_bytes(v);
+        let new = match op {
+            AtomicOp::CmpSwp { compare, swap } => {
+                if orig == compare {
+                    swap
+                } else {
+                    orig
+                }
+            }
+            AtomicOp::FetchAdd(add) => orig.wrapping_add(add),
+        };
+        s.copy_from_slice(&new.to_le_bytes());
+        Ok(orig)
+    }
+
+    /// Gathers `out.len()` bytes starting `offset` bytes into the concatenation of
+    /// `sges` (local keys, no right needed beyond a valid key).
+    pub(crate) fn gather(
+        &self,
+        pd: PdId,
+        sges: &[Sge],
+        mut offset: u64,
+        out: &mut [u8],
+    ) -> Result<(), MrError> {
+        let mut done = 0usize;
+        for sge in sges {
+            if done == out.len() {
+                break;
+            }
+            let l = u64::from(sge.length);
+            if offset >= l {
+                offset -= l;
+                continue;
+            }
+            let n = ((l - offset) as usize).min(out.len() - done);
+            let addr = sge.addr.checked_add(offset).ok_or(MrError::OutOfBounds {
+                addr: sge.addr,
+                len: l,
+            })?;
+            self.read(
+                sge.lkey,
+                KeyKind::Local,
+                pd,
+                addr,
+                Access::empty(),
+                &mut out[done..done + n],
+            )?;
+            done += n;
+            offset = 0;
+        }
+        if done != out.len() {
+            return Err(MrError::OutOfBounds {
+                addr: 0,
+                len: out.len() as u64,
+            });
+        }
+        Ok(())
+    }
+
+    /// Scatters `data` starting `offset` bytes into the concatenation of `sges`, which
+    /// need LOCAL_WRITE. The caller checked the total length.
+    pub(crate) fn scatter(
+        &mut self,
+        pd: PdId,
+        sges: &[Sge],
+        mut offset: u64,
+        data: &[u8],
+    ) -> Result<(), MrError> {
+        let mut done = 0usize;
+        for sge in sges {
+            if done == data.len() {
+                break;
+            }
+            let l = u64::from(sge.length);
+            if offset >= l {
+                offset -= l;
+                continue;
+            }
+            let n = ((l - offset) as usize).min(data.len() - done);
+            let addr = sge.addr.checked_add(offset).ok_or(MrError::OutOfBounds {
+                addr: sge.addr,
+                len: l,
+            })?;
+            self.write(
+                sge.lkey,
+                KeyKind::Local,
+                pd,
+                addr,
+                Access::LOCAL_WRITE,
+                &data[done..done + n],
+            )?;
+            done += n;
+            offset = 0;
+        }
+        if done != data.len() {
+            return Err(MrError::OutOfBounds {
+                addr: 0,
+                len: data.len() as u64,
+            });
+        }
+        Ok(())
+    }
+
+    /// Checks every SGE of a list once (key, PD, bounds, `need`).
+    pub(crate) fn check_sges(&self, pd: PdId, sges: &[Sge], need: Access) -> Result<(), MrError> {
+        for s in sges {
+            if s.length > 0 {
+                self.check(
+                    s.lkey,
+                    KeyKind::Local,
+                    pd,
+                    s.addr,
+                    u64::from(s.length),
+                    need,
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A remote atomic operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AtomicOp {
+    CmpSwp { compare: u64, swap: u64 },
+    FetchAdd(u64),
+}
+
+/// Total bytes of a gather/scatter list, `None` on overflow of u32 (the IB message limit).
+pub(crate) fn sge_total(sges: &[Sge]) -> Option<u32> {
+    sges.iter()
+        .try_fold(0u32, |acc, s| acc.checked_add(s.length))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> (MrTable, PdId, MrInfo) {
+        let mut t = MrTable::default();
+        let pd = t.alloc_pd();
+        let info = t
+            .register(
+                pd,
+                vec![0u8; 64].into_boxed_slice(),
+                Some(0x1000),
+                Access::LOCAL_WRITE | Access::REMOTE_READ,
+            )
+            .unwrap();
+        (t, pd, info)
+    }
+
+    #[test]
+    fn checks_key_pd_bounds_access_and_overflow() {
+        let (mut t, pd, mr) = table();
+        let other = t.alloc_pd();
+        let k = mr.lkey;
+        assert!(t
+            .check(k, KeyKind::Local, pd, 0x1000, 64, Access::LOCAL_WRITE)
+            .is_ok());
+        assert_eq!(
+            t.check(k ^ 1, KeyKind::Local, pd, 0x1000, 1, Access::empty())
+                .unwrap_err(),
+            MrError::InvalidKey(k ^ 1)
+        );
+        assert_eq!(
+            t.check(k, KeyKind::Local, other, 0x1000, 1, Access::empty())
+                .unwrap_err(),
+            MrError::PdMismatch
+        );
+        assert!(matches!(
+            t.check(k, KeyKind::Local, pd, 0x1001, 64, Access::empty()),
+            Err(MrError::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            t.check(k, KeyKind::Local, pd, 0x0fff, 2, Access::empty()),
+            Err(MrError::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            t.check(k, KeyKind::Remote, pd, u64::MAX, 2, Access::REMOTE_READ),
+            Err(MrError::OutOfBounds { .. })
+        ));
+        assert_eq!(
+            t.check(k, KeyKind::Remote, pd, 0x1000, 8, Access::REMOTE_WRITE)
+                .unwrap_err(),
+            MrError::AccessDenied(Access::REMOTE_WRITE)
+        );
+        assert_eq!(
+            t.atomic(k, pd, 0x1000, AtomicOp::FetchAdd(1)).unwrap_err(),
+            MrError::AccessDenied(Access::REMOTE_ATOMIC)
+        );
+        // Deregistration makes the key stale; a new region in the slot gets a new key.
+        t.deregister(k).unwrap();
+        assert!(t.bytes(k).is_none());
+        let again = t
+            .register(pd, vec![0; 8].into_boxed_slice(), None, Access::empty())
+            .unwrap();
+        assert_ne!(again.lkey, k);
+    }
+
+    #[test]
+    fn atomics_are_aligned_and_return_the_original() {
+        let mut t = MrTable::default();
+        let pd = t.alloc_pd();
+        let a = Access::LOCAL_WRITE | Access::REMOTE_ATOMIC;
+        let mr = t
+            .register(pd, vec![0; 16].into_boxed_slice(), Some(0x2000), a)
+            .unwrap();
+        assert_eq!(
+            t.atomic(mr.rkey, pd, 0x2004, AtomicOp::FetchAdd(1)),
+            Err(MrError::Misaligned(0x2004))
+        );
+        assert_eq!(t.atomic(mr.rkey, pd, 0x2008, AtomicOp::FetchAdd(5)), Ok(0));
+        assert_eq!(
+            t.atomic(
+                mr.rkey,
+                pd,
+                0x2008,
+                AtomicOp::CmpSwp {
+                    compare: 5,
+                    swap: 9
+                }
+            ),
+            Ok(5)
+        );
+        assert_eq!(&t.bytes(mr.lkey).unwrap()[8..], &9u64.to_le_bytes());
+        t.invalidate(pd, mr.rkey).unwrap();
+        assert_eq!(
+            t.atomic(mr.rkey, pd, 0x2008, AtomicOp::FetchAdd(1)),
+            Err(MrError::Invalidated(mr.rkey))
+        );
+    }
+
+    #[test]
+    fn gather_and_scatter_walk_the_sge_list() {
+        let (mut t, pd, mr) = table();
+        t.bytes_mut(mr.lkey)
+            .unwrap()
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, b)| *b = i as u8);
+        let sges = [
+            Sge {
+                addr: 0x1000,
+                length: 4,
+                lkey: mr.lkey,
+            },
+            Sge {
+                addr: 0x1010,
+                length: 4,
+                lkey: mr.lkey,
+            },
+        ];
+        let mut out = [0u8; 5];
+        t.gather(pd, &sges, 2, &mut out).unwrap();
+        assert_eq!(out, [2, 3, 16, 17, 18]);
+        assert!(
+            t.gather(pd, &sges, 4, &mut out).is_err(),
+            "runs past the list"
+        );
+        t.scatter(pd, &sges, 3, &[0xaa, 0xbb]).unwrap();
+        assert_eq!(t.bytes(mr.lkey).unwrap()[3], 0xaa);
+        assert_eq!(t.bytes(mr.lkey).unwrap()[16], 0xbb);
+        assert_eq!(sge_total(&sges), Some(8));
+    }
+}

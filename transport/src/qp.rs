@@ -1,0 +1,838 @@
+//! The queue pair: its queues, per-role transport state and the `modify` state machine.
+//!
+//! The three roles of the IB spec live in their own files as `impl Qp` blocks:
+//! [`requester`](crate::requester) turns send WQEs into request packets,
+//! [`responder`](crate::responder) executes requests and answers them, and
+//! [`completer`](crate::completer) matches responses against outstanding WQEs.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use core::net::Ipv6Addr;
+
+use ferroce_wire::{NakCode, Psn, Syndrome};
+
+use crate::counters::Counters;
+use crate::cq::CqTable;
+use crate::error::{Error, Result};
+use crate::mr::{Access, MrTable};
+use crate::time::Instant;
+use crate::verbs::{
+    CqId, Mtu, PdId, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendFlags, SendWr,
+    WcOpcode, WcStatus, WorkCompletion,
+};
+
+/// Most READs/atomics a QP may keep outstanding or accept (max_qp_rd_atom of the device).
+pub const MAX_RD_ATOMIC: u8 = 16;
+/// Packets a requester sends beyond the oldest unacknowledged one (rxe's limit).
+pub(crate) const SEND_WINDOW: i32 = 128;
+/// A requester asks for an ACK at least this often within a long message.
+pub(crate) const MAX_PKTS_PER_ACK: u32 = 64;
+/// Bound on queued responder packets (ACKs coalesce, so this is rarely reached).
+pub(crate) const MAX_RESP_QUEUE: usize = 64;
+
+/// Borrowed endpoint state a QP needs while it works.
+pub(crate) struct Ctx<'a> {
+    pub mrs: &'a mut MrTable,
+    pub cqs: &'a mut CqTable,
+    pub counters: &'a mut Counters,
+    pub now: Instant,
+}
+
+/// A posted send work request plus its transport bookkeeping.
+#[derive(Debug, Clone)]
+pub(crate) struct SendWqe {
+    pub wr: SendWr,
+    /// The gathered bytes of an inline send, copied at post time.
+    pub inline: Option<Vec<u8>>,
+    /// Message length in bytes.
+    pub len: u32,
+    pub signaled: bool,
+    /// First PSN, valid once the requester started the WQE.
+    pub first_psn: Psn,
+    /// PSNs the message consumes (READ: one per response packet).
+    pub npkts: u32,
+    /// A local error found when starting the WQE; it completes with it in order.
+    pub local_err: Option<WcStatus>,
+}
+
+impl SendWqe {
+    pub fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.npkts.saturating_sub(1))
+    }
+}
+
+/// Requester progress through the send queue.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ReqState {
+    /// Index in `sq` of the WQE being sent.
+    pub idx: usize,
+    /// Bytes of `sq[idx]` already sent (READ: already requested).
+    pub offset: u32,
+    /// Next PSN to send.
+    pub psn: Psn,
+    /// One past the highest PSN ever sent: the edge of the outstanding range.
+    pub max_sent: Psn,
+    /// Packets sent since the last AckReq.
+    pub noack_pkts: u32,
+}
+
+/// Completer state: what has been acknowledged, timers and retry budgets.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CompState {
+    /// Oldest unacknowledged PSN.
+    pub psn: Psn,
+    pub retry_left: u8,
+    pub rnr_left: u8,
+    /// Local ACK timeout deadline.
+    pub timer: Option<Instant>,
+    /// The requester waits for an RNR NAK's timer until then.
+    pub rnr_until: Option<Instant>,
+    /// A retry for the current `psn` is under way: later NAKs/gaps for it are ignored.
+    pub started_retry: bool,
+}
+
+/// A message the responder is in the middle of.
+#[derive(Debug, Clone)]
+pub(crate) enum InMsg {
+    Send {
+        wqe: RecvWr,
+        offset: u32,
+    },
+    Write {
+        va: u64,
+        rkey: u32,
+        resid: u32,
+        total: u32,
+    },
+}
+
+/// A READ or atomic the responder executed, kept to answer duplicates.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Resource {
+    Free,
+    Read {
+        /// PSN range of the original request.
+        first_psn: Psn,
+        last_psn: Psn,
+        /// The current execution (a duplicate may restart mid-message).
+        start_psn: Psn,
+        va: u64,
+        rkey: u32,
+        len: u32,
+        /// Next response PSN to send; `pending` while responses remain.
+        next_psn: Psn,
+        pending: bool,
+        age: u64,
+    },
+    Atomic {
+        psn: Psn,
+        orig: u64,
+        age: u64,
+    },
+}
+
+/// A packet the responder owes the requester.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RespOut {
+    Ack {
+        psn: Psn,
+        syndrome: Syndrome,
+    },
+    AtomicAck {
+        psn: Psn,
+        orig: u64,
+    },
+    /// Read responses of resource `res`.
+    Read {
+        res: usize,
+    },
+}
+
+/// Responder state.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RespState {
+    /// Expected PSN.
+    pub psn: Psn,
+    pub msn: u32,
+    /// A NAK for the current gap (sequence error or RNR) was sent.
+    pub nak_sent: bool,
+    pub cur: Option<InMsg>,
+    pub out: VecDeque<RespOut>,
+    pub res: Vec<Resource>,
+    pub res_age: u64,
+}
+
+/// One queue pair.
+#[derive(Debug)]
+pub(crate) struct Qp {
+    pub qpn: u32,
+    pub qp_type: QpType,
+    pub pd: PdId,
+    pub send_cq: CqId,
+    pub recv_cq: CqId,
+    pub sq_sig_all: bool,
+    pub cap: QpCap,
+    pub attr: QpAttr,
+    /// UDP source port of every packet (derived from the QP numbers as rxe does).
+    pub sport: u16,
+    pub sq: VecDeque<SendWqe>,
+    pub rq: VecDeque<RecvWr>,
+    pub req: ReqState,
+    pub comp: CompState,
+    pub resp: RespState,
+}
+
+/// UDP source port of an RC/UC QP, as rxe 6.1 derives it from both QP numbers.
+pub fn rc_src_port(local_qpn: u32, remote_qpn: u32) -> u16 {
+    let v = u64::from(local_qpn) * u64::from(remote_qpn);
+    let fl = (v ^ (v >> 20) ^ (v >> 40)) & 0xf_ffff;
+    0xc000 | (((fl & 0x3fff) ^ ((fl & 0xf_c000) >> 14)) as u16)
+}
+
+/// UDP source port of a UD QP, as rxe derives it from the QP number.
+pub fn ud_src_port(qpn: u32) -> u16 {
+    0xc000u16.wrapping_add((qpn.wrapping_mul(0x61c8_8647) >> 18) as u16)
+}
+
+/// Local ACK timeout of the IB encoding: 4.096 µs × 2^t; `None` for 0 (wait forever).
+pub(crate) fn ack_timeout(t: u8) -> Option<Duration> {
+    (t != 0).then(|| Duration::from_nanos(4096u64 << t.min(31)))
+}
+
+/// The (required, optional) attributes of a transition, or `None` if it is not allowed
+/// (the table of ibv_modify_qp / the kernel's `ib_modify_qp_is_ok`).
+fn transition(cur: QpState, next: QpState, t: QpType) -> Option<(QpAttrMask, QpAttrMask)> {
+    use QpAttrMask as M;
+    use QpState::*;
+    let none = M::empty();
+    let ud = t == QpType::Ud;
+    let rc = t == QpType::Rc;
+    Some(match (cur, next) {
+        (_, Reset) | (_, Err) => (none, none),
+        (Reset, Init) | (Init, Init) => {
+            let m = if ud {
+                M::PKEY_INDEX | M::PORT | M::QKEY
+            } else {
+                M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS
+            };
+            if cur == Reset {
+                (m, none)
+            } else {
+                (none, m)
+            }
+        }
+        (Init, Rtr) => {
+            if ud {
+                (none, M::PKEY_INDEX | M::QKEY)
+            } else {
+                let mut req = M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN;
+                if rc {
+                    req |= M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER;
+                }
+                (req, M::ACCESS_FLAGS | M::PKEY_INDEX | M::ALT_PATH)
+            }
+        }
+        (Rtr, Rts) => {
+            if ud {
+                (M::SQ_PSN, M::CUR_STATE | M::QKEY)
+            } else if rc {
+                (
+                    M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
+                    M::CUR_STATE
+                        | M::ACCESS_FLAGS
+                        | M::ALT_PATH
+                        | M::PATH_MIG_STATE
+                        | M::MIN_RNR_TIMER,
+                )
+            } else {
+                (
+                    M::SQ_PSN,
+                    M::CUR_STATE | M::ACCESS_FLAGS | M::ALT_PATH | M::PATH_MIG_STATE,
+                )
+            }
+        }
+        (Rts, Rts) | (Sqd, Rts) => {
+            if ud {
+                (none, M::CUR_STATE | M::QKEY)
+            } else {
+                let mut opt = M::CUR_STATE | M::ACCESS_FLAGS | M::ALT_PATH | M::PATH_MIG_STATE;
+                if rc {
+                    opt |= M::MIN_RNR_TIMER;
+                }
+                (none, opt)
+            }
+        }
+        (Rts, Sqd) => (none, M::EN_SQD_ASYNC_NOTIFY),
+        (Sqd, Sqd) => {
+            if ud {
+                (none, M::PKEY_INDEX | M::QKEY)
+            } else if rc {
+                (
+                    none,
+                    M::PORT
+                        | M::AV
+                        | M::TIMEOUT
+                        | M::RETRY_CNT
+                        | M::RNR_RETRY
+                        | M::MAX_QP_RD_ATOMIC
+                        | M::MAX_DEST_RD_ATOMIC
+                        | M::ALT_PATH
+                        | M::ACCESS_FLAGS
+                        | M::PKEY_INDEX
+                        | M::MIN_RNR_TIMER
+                        | M::PATH_MIG_STATE,
+                )
+            } else {
+                (
+                    none,
+                    M::AV | M::ALT_PATH | M::ACCESS_FLAGS | M::PKEY_INDEX | M::PATH_MIG_STATE,
+                )
+            }
+        }
+        (Sqe, Rts) if !rc => {
+            if ud {
+                (none, M::CUR_STATE | M::QKEY)
+            } else {
+                (none, M::CUR_STATE | M::ACCESS_FLAGS)
+            }
+        }
+        _ => return None,
+    })
+}
+
+impl Qp {
+    pub(crate) fn new(
+        qpn: u32,
+        qp_type: QpType,
+        pd: PdId,
+        send_cq: CqId,
+        recv_cq: CqId,
+        cap: QpCap,
+        sq_sig_all: bool,
+    ) -> Qp {
+        Qp {
+            qpn,
+            qp_type,
+            pd,
+            send_cq,
+            recv_cq,
+            sq_sig_all,
+            cap,
+            attr: QpAttr {
+                cap,
+                ..QpAttr::default()
+            },
+            sport: if qp_type == QpType::Ud {
+                ud_src_port(qpn)
+            } else {
+                0
+            },
+            sq: VecDeque::new(),
+            rq: VecDeque::new(),
+            req: ReqState::default(),
+            comp: CompState::default(),
+            resp: RespState::default(),
+        }
+    }
+
+    pub(crate) fn state(&self) -> QpState {
+        self.attr.qp_state
+    }
+
+    /// The path MTU in bytes (UD uses the port MTU, stored in `path_mtu` at creation).
+    pub(crate) fn mtu(&self) -> u32 {
+        self.attr.path_mtu.bytes()
+    }
+
+    /// Validates and applies an ibv_modify_qp call.
+    pub(crate) fn modify(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+        gids: &[Ipv6Addr],
+        max_mtu: Mtu,
+    ) -> Result<()> {
+        use QpAttrMask as M;
+        let cur = self.state();
+        let next = if mask.contains(M::STATE) {
+            attr.qp_state
+        } else {
+            cur
+        };
+        if mask.contains(M::CUR_STATE) && attr.cur_qp_state != cur {
+            return Err(Error::StateMismatch {
+                expected: attr.cur_qp_state,
+                actual: cur,
+            });
+        }
+        let (required, optional) =
+            transition(cur, next, self.qp_type).ok_or(Error::InvalidTransition {
+                from: cur,
+                to: next,
+            })?;
+        let given = mask.difference(M::STATE);
+        let missing = required.difference(given);
+        if !missing.is_empty() {
+            return Err(Error::MissingAttr(missing));
+        }
+        let extra = given.difference(required | optional | M::CUR_STATE);
+        if !extra.is_empty() {
+            return Err(Error::UnexpectedAttr(extra));
+        }
+        if given.intersects(M::ALT_PATH | M::PATH_MIG_STATE) {
+            return Err(Error::Unsupported("automatic path migration"));
+        }
+        Self::check_values(attr, given, gids, max_mtu)?;
+
+        // Apply the attributes.
+        let a = &mut self.attr;
+        if given.contains(M::ACCESS_FLAGS) {
+            a.qp_access_flags = attr.qp_access_flags;
+        }
+        if given.contains(M::PKEY_INDEX) {
+            a.pkey_index = attr.pkey_index;
+        }
+        if given.contains(M::PORT) {
+            a.port_num = attr.port_num;
+        }
+        if given.contains(M::QKEY) {
+            a.qkey = attr.qkey;
+        }
+        if given.contains(M::AV) {
+            a.av = attr.av;
+        }
+        if given.contains(M::PATH_MTU) {
+            a.path_mtu = attr.path_mtu;
+        }
+        if given.contains(M::TIMEOUT) {
+            a.timeout = attr.timeout;
+        }
+        if given.contains(M::RETRY_CNT) {
+            a.retry_cnt = attr.retry_cnt;
+            self.comp.retry_left = attr.retry_cnt;
+        }
+        if given.contains(M::RNR_RETRY) {
+            a.rnr_retry = attr.rnr_retry;
+            self.comp.rnr_left = attr.rnr_retry;
+        }
+        if given.contains(M::RQ_PSN) {
+            a.rq_psn = attr.rq_psn & Psn::MASK;
+            self.resp.psn = Psn::new(attr.rq_psn);
+        }
+        if given.contains(M::MAX_QP_RD_ATOMIC) {
+            a.max_rd_atomic = attr.max_rd_atomic;
+        }
+        if given.contains(M::MIN_RNR_TIMER) {
+            a.min_rnr_timer = attr.min_rnr_timer;
+        }
+        if given.contains(M::SQ_PSN) {
+            a.sq_psn = attr.sq_psn & Psn::MASK;
+            let p = Psn::new(attr.sq_psn);
+            self.req.psn = p;
+            self.req.max_sent = p;
+            self.comp.psn = p;
+        }
+        if given.contains(M::MAX_DEST_RD_ATOMIC) {
+            a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
+            let n = 2 * usize::from(attr.max_dest_rd_atomic.max(1)) + 2;
+            self.resp.res = vec![Resource::Free; n];
+            self.resp.out.retain(|o| !matches!(o, RespOut::Read { .. }));
+        }
+        if given.contains(M::DEST_QPN) {
+            a.dest_qp_num = attr.dest_qp_num;
+        }
+        if given.contains(M::EN_SQD_ASYNC_NOTIFY) {
+            a.en_sqd_async_notify = attr.en_sqd_async_notify;
+        }
+        if self.qp_type != QpType::Ud && given.intersects(M::DEST_QPN) {
+            self.sport = rc_src_port(self.qpn, self.attr.dest_qp_num);
+        }
+
+        if next != cur {
+            tracing::debug!(qpn = self.qpn, from = ?cur, to = ?next, "modify_qp");
+        }
+        match next {
+            QpState::Reset => self.reset(),
+            QpState::Err => self.enter_error(ctx),
+            _ => {
+                if self.resp.res.is_empty() {
+                    self.resp.res = vec![Resource::Free; 4];
+                }
+                self.attr.qp_state = next;
+            }
+        }
+        Ok(())
+    }
+
+    fn check_values(
+        attr: &QpAttr,
+        given: QpAttrMask,
+        gids: &[Ipv6Addr],
+        max_mtu: Mtu,
+    ) -> Result<()> {
+        use QpAttrMask as M;
+        let bad = |cond: bool, what: &'static str| {
+            if cond {
+                Err(Error::InvalidAttr(what))
+            } else {
+                Ok(())
+            }
+        };
+        if given.contains(M::PKEY_INDEX) {
+            bad(attr.pkey_index != 0, "pkey_index")?;
+        }
+        if given.contains(M::PORT) {
+            bad(attr.port_num != 1, "port_num")?;
+        }
+        if given.contains(M::ACCESS_FLAGS) {
+            let all = Access::LOCAL_WRITE
+                | Access::REMOTE_WRITE
+                | Access::REMOTE_READ
+                | Access::REMOTE_ATOMIC;
+            bad(
+                !attr.qp_access_flags.difference(all).is_empty(),
+                "qp_access_flags",
+            )?;
+        }
+        if given.contains(M::PATH_MTU) {
+            bad(attr.path_mtu > max_mtu, "path_mtu")?;
+        }
+        if given.contains(M::TIMEOUT) {
+            bad(attr.timeout > 31, "timeout")?;
+        }
+        if given.contains(M::RETRY_CNT) {
+            bad(attr.retry_cnt > 7, "retry_cnt")?;
+        }
+        if given.contains(M::RNR_RETRY) {
+            bad(attr.rnr_retry > 7, "rnr_retry")?;
+        }
+        if given.contains(M::MIN_RNR_TIMER) {
+            bad(attr.min_rnr_timer > 31, "min_rnr_timer")?;
+        }
+        if given.contains(M::MAX_QP_RD_ATOMIC) {
+            bad(attr.max_rd_atomic > MAX_RD_ATOMIC, "max_rd_atomic")?;
+        }
+        if given.contains(M::MAX_DEST_RD_ATOMIC) {
+            bad(
+                attr.max_dest_rd_atomic > MAX_RD_ATOMIC,
+                "max_dest_rd_atomic",
+            )?;
+        }
+        if given.contains(M::DEST_QPN) {
+            bad(attr.dest_qp_num > 0xff_ffff, "dest_qp_num")?;
+        }
+        if given.contains(M::AV) {
+            check_av(&attr.av, gids)?;
+        }
+        Ok(())
+    }
+
+    /// Back to RESET: queues emptied without completions, transport state cleared.
+    fn reset(&mut self) {
+        self.sq.clear();
+        self.rq.clear();
+        self.req = ReqState::default();
+        self.comp = CompState::default();
+        self.resp = RespState::default();
+        self.attr = QpAttr {
+            cap: self.cap,
+            ..QpAttr::default()
+        };
+    }
+
+    /// Moves to ERR: every outstanding send and receive WQE completes with WrFlushErr.
+    pub(crate) fn enter_error(&mut self, ctx: &mut Ctx<'_>) {
+        if self.state() != QpState::Err {
+            tracing::debug!(qpn = self.qpn, from = ?self.state(), "QP -> ERR");
+        }
+        self.attr.qp_state = QpState::Err;
+        self.flush_sq(ctx);
+        if let Some(InMsg::Send { wqe, .. }) = self.resp.cur.take() {
+            self.rq.push_front(wqe);
+        }
+        self.resp.cur = None;
+        while let Some(r) = self.rq.pop_front() {
+            let wc = WorkCompletion::new(self.qpn, r.wr_id, WcOpcode::Recv, WcStatus::WrFlushErr);
+            ctx.cqs.push(self.recv_cq, wc, ctx.counters);
+        }
+        self.resp.out.clear();
+        self.comp.timer = None;
+        self.comp.rnr_until = None;
+    }
+
+    /// Send-side error of UC/UD: flush the send queue, keep receiving (SQE).
+    pub(crate) fn enter_sq_error(&mut self, ctx: &mut Ctx<'_>) {
+        tracing::debug!(qpn = self.qpn, "QP -> SQE");
+        self.attr.qp_state = QpState::Sqe;
+        self.flush_sq(ctx);
+    }
+
+    fn flush_sq(&mut self, ctx: &mut Ctx<'_>) {
+        while let Some(w) = self.sq.pop_front() {
+            let wc = WorkCompletion::new(
+                self.qpn,
+                w.wr.wr_id,
+                w.wr.opcode.into(),
+                WcStatus::WrFlushErr,
+            );
+            ctx.cqs.push(self.send_cq, wc, ctx.counters);
+        }
+        let psn = self.req.psn;
+        self.req = ReqState {
+            psn,
+            max_sent: psn,
+            ..ReqState::default()
+        };
+        self.comp.psn = psn;
+        self.comp.timer = None;
+        self.comp.rnr_until = None;
+        self.comp.started_retry = false;
+    }
+
+    /// Completes the oldest send WQE with `status` (a completion is generated for errors
+    /// and for signaled successes).
+    pub(crate) fn complete_front(&mut self, ctx: &mut Ctx<'_>, status: WcStatus) {
+        let Some(w) = self.sq.pop_front() else {
+            return;
+        };
+        if self.req.idx > 0 {
+            self.req.idx -= 1;
+        } else {
+            self.req.offset = 0;
+        }
+        if status != WcStatus::Success {
+            ctx.counters.send_err += 1;
+            tracing::debug!(
+                qpn = self.qpn,
+                wr_id = w.wr.wr_id,
+                ?status,
+                "send WQE failed"
+            );
+        }
+        if status != WcStatus::Success || w.signaled {
+            let mut wc = WorkCompletion::new(self.qpn, w.wr.wr_id, w.wr.opcode.into(), status);
+            if status == WcStatus::Success {
+                wc.byte_len = w.len;
+            }
+            ctx.cqs.push(self.send_cq, wc, ctx.counters);
+        }
+    }
+
+    /// Queues a send WR (the endpoint checked the QP state allows it).
+    pub(crate) fn post_send(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        wr: &SendWr,
+        gids: &[Ipv6Addr],
+        port_mtu: Mtu,
+    ) -> Result<()> {
+        use crate::verbs::WrOpcode as Op;
+        match self.state() {
+            QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => {}
+            s => return Err(Error::InvalidState(s)),
+        }
+        if self.sq.len() >= self.cap.max_send_wr as usize {
+            return Err(Error::QueueFull);
+        }
+        let inline = wr.flags.contains(SendFlags::INLINE);
+        if wr.sg_list.len() > self.cap.max_send_sge as usize && !inline {
+            return Err(Error::TooManySge);
+        }
+        let len = crate::mr::sge_total(&wr.sg_list).ok_or(Error::MessageTooLarge)?;
+        if len > 1 << 31 {
+            return Err(Error::MessageTooLarge);
+        }
+        match (self.qp_type, wr.opcode) {
+            (QpType::Ud, Op::Send | Op::SendWithImm) => {
+                let ud = wr
+                    .ud
+                    .as_ref()
+                    .ok_or(Error::InvalidWr("UD send without a destination"))?;
+                check_av(&ud.av, gids)?;
+                if ud.dest_qpn > 0xff_ffff {
+                    return Err(Error::InvalidWr("dest_qpn"));
+                }
+                if len > port_mtu.bytes() {
+                    return Err(Error::MessageTooLarge);
+                }
+            }
+            (QpType::Ud, _) => return Err(Error::InvalidWr("opcode not supported on UD")),
+            (QpType::Uc, op) if op.is_read_or_atomic() || op == Op::SendWithInv => {
+                return Err(Error::InvalidWr("opcode not supported on UC"))
+            }
+            _ => {}
+        }
+        if wr.opcode.is_atomic() {
+            if len != 8 || wr.sg_list.len() != 1 {
+                return Err(Error::InvalidWr("atomics take one 8-byte SGE"));
+            }
+            if wr.remote_addr % 8 != 0 {
+                return Err(Error::InvalidWr("atomic remote address not 8-byte aligned"));
+            }
+        }
+        let inline_bytes = if inline {
+            if wr.opcode.is_read_or_atomic() {
+                return Err(Error::InvalidWr("inline READ or atomic"));
+            }
+            if len > self.cap.max_inline_data {
+                return Err(Error::InlineTooLarge);
+            }
+            let mut buf = vec![0u8; len as usize];
+            // Inline data is gathered now; a bad key is a post-time error.
+            ctx.mrs
+                .gather(self.pd, &wr.sg_list, 0, &mut buf)
+                .map_err(|_| Error::InvalidWr("inline gather failed (bad lkey or range)"))?;
+            Some(buf)
+        } else {
+            None
+        };
+        let mut stored = wr.clone();
+        if inline {
+            stored.sg_list.clear();
+        }
+        self.sq.push_back(SendWqe {
+            wr: stored,
+            inline: inline_bytes,
+            len,
+            signaled: self.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED),
+            first_psn: Psn::new(0),
+            npkts: 0,
+            local_err: None,
+        });
+        if matches!(self.state(), QpState::Err | QpState::Sqe) {
+            self.flush_sq(ctx);
+        }
+        Ok(())
+    }
+
+    /// Queues a receive WR.
+    pub(crate) fn post_recv(&mut self, ctx: &mut Ctx<'_>, wr: &RecvWr) -> Result<()> {
+        if self.state() == QpState::Reset {
+            return Err(Error::InvalidState(QpState::Reset));
+        }
+        if self.rq.len() >= self.cap.max_recv_wr as usize {
+            return Err(Error::QueueFull);
+        }
+        if wr.sg_list.len() > self.cap.max_recv_sge as usize {
+            return Err(Error::TooManySge);
+        }
+        crate::mr::sge_total(&wr.sg_list).ok_or(Error::MessageTooLarge)?;
+        if self.state() == QpState::Err {
+            let wc = WorkCompletion::new(self.qpn, wr.wr_id, WcOpcode::Recv, WcStatus::WrFlushErr);
+            ctx.cqs.push(self.recv_cq, wc, ctx.counters);
+            return Ok(());
+        }
+        self.rq.push_back(wr.clone());
+        Ok(())
+    }
+
+    /// Earliest timer of this QP.
+    pub(crate) fn next_timeout(&self) -> Option<Instant> {
+        match (self.comp.timer, self.comp.rnr_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The AETH credit code for the receive WQEs posted now.
+    pub(crate) fn credits(&self) -> u8 {
+        let n = self.rq.len() as u32;
+        ferroce_wire::aeth::CREDITS
+            .iter()
+            .rposition(|&c| c <= n)
+            .unwrap_or(0) as u8
+    }
+
+    /// Queues a responder packet; consecutive plain ACKs coalesce into the newest.
+    pub(crate) fn push_resp(&mut self, ctx: &mut Ctx<'_>, item: RespOut) {
+        if let (
+            RespOut::Ack {
+                syndrome: Syndrome::Ack { .. },
+                ..
+            },
+            Some(RespOut::Ack {
+                syndrome: Syndrome::Ack { .. },
+                ..
+            }),
+        ) = (item, self.resp.out.back())
+        {
+            if let Some(b) = self.resp.out.back_mut() {
+                *b = item;
+            }
+            return;
+        }
+        if self.resp.out.len() >= MAX_RESP_QUEUE {
+            ctx.counters.tx_queue_full += 1;
+            return;
+        }
+        if let RespOut::Ack {
+            syndrome: Syndrome::Nak(_) | Syndrome::RnrNak { .. },
+            ..
+        } = item
+        {
+            ctx.counters.naks_sent += 1;
+        }
+        self.resp.out.push_back(item);
+    }
+
+    /// Queues a NAK.
+    pub(crate) fn push_nak(&mut self, ctx: &mut Ctx<'_>, psn: Psn, code: NakCode) {
+        tracing::debug!(qpn = self.qpn, %psn, ?code, "NAK");
+        self.push_resp(
+            ctx,
+            RespOut::Ack {
+                psn,
+                syndrome: Syndrome::Nak(code),
+            },
+        );
+    }
+}
+
+/// An address vector must name an existing source GID of the same IP family.
+pub(crate) fn check_av(av: &crate::verbs::AddressVector, gids: &[Ipv6Addr]) -> Result<()> {
+    let sgid = gids
+        .get(usize::from(av.sgid_index))
+        .ok_or(Error::InvalidAttr("sgid_index"))?;
+    if sgid.to_ipv4_mapped().is_some() != av.dest_gid.to_ipv4_mapped().is_some() {
+        return Err(Error::InvalidAttr(
+            "av: source and destination GID families differ",
+        ));
+    }
+    if av.dest_gid.is_unspecified() {
+        return Err(Error::InvalidAttr("av: unspecified destination GID"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_ports_match_rxe() {
+        assert_eq!(rc_src_port(0x11, 0x11), 0xc121);
+        assert_eq!(rc_src_port(0x1c, 0x1c), 0xc310);
+        assert_eq!(ud_src_port(0x14), 0xe8ea);
+    }
+
+    #[test]
+    fn ack_timeout_encoding() {
+        assert_eq!(ack_timeout(0), None);
+        assert_eq!(ack_timeout(1), Some(Duration::from_nanos(8192)));
+        assert_eq!(ack_timeout(14), Some(Duration::from_nanos(4096 << 14)));
+    }
+
+    #[test]
+    fn transition_table_basics() {
+        use QpAttrMask as M;
+        assert!(transition(QpState::Reset, QpState::Rtr, QpType::Rc).is_none());
+        assert!(transition(QpState::Rtr, QpState::Rtr, QpType::Rc).is_none());
+        assert!(transition(QpState::Sqe, QpState::Rts, QpType::Rc).is_none());
+        let (req, _) = transition(QpState::Init, QpState::Rtr, QpType::Rc).unwrap();
+        assert!(req.contains(M::MAX_DEST_RD_ATOMIC | M::AV));
+        let (req, _) = transition(QpState::Init, QpState::Rtr, QpType::Ud).unwrap();
+        assert!(req.is_empty());
+    }
+}
