@@ -1,1 +1,474 @@
-//! placeholder
+//! A deterministic simulated network for tests, fuzzing and benchmarks (not a stable API).
+//!
+//! Endpoints exchange the real datagrams they emit. Each direction can lose, duplicate,
+//! reorder, delay and corrupt packets, driven by a seeded RNG and a virtual clock, so
+//! a failing run replays exactly from its seed. A tap sees (and may drop or edit) every
+//! packet before the faults apply.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::Duration;
+
+use core::net::{Ipv4Addr, Ipv6Addr};
+
+use crate::{
+    Access, AddressVector, CqId, Endpoint, EndpointConfig, Instant, Mtu, PdId, QpAttr, QpAttrMask,
+    QpCap, QpInitAttr, QpState, QpType, WorkCompletion, MAX_DATAGRAM_LEN,
+};
+
+/// SplitMix64: tiny, fast and good enough for fault schedules.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n` (`0` when `n == 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next_u64() % n
+        }
+    }
+    /// True with probability `p`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+}
+
+/// Faults of one direction.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Faults {
+    pub loss: f64,
+    pub dup: f64,
+    /// Probability a packet gets an extra delay of up to 4× `delay_ns` (reordering).
+    pub reorder: f64,
+    /// Probability a packet gets one bit flipped in its IB part.
+    pub corrupt: f64,
+    pub delay_ns: u64,
+    pub jitter_ns: u64,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults {
+            loss: 0.0,
+            dup: 0.0,
+            reorder: 0.0,
+            corrupt: 0.0,
+            delay_ns: 2_000,
+            jitter_ns: 0,
+        }
+    }
+}
+
+/// What the network did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SimStats {
+    pub sent: u64,
+    pub delivered: u64,
+    pub lost: u64,
+    pub duplicated: u64,
+    /// Copies delivered with a flipped bit.
+    pub corrupted: u64,
+    pub tapped_out: u64,
+    pub unroutable: u64,
+}
+
+/// A tap: `(from, to, datagram) -> keep`.
+pub type Tap = Box<dyn FnMut(usize, usize, &mut Vec<u8>) -> bool>;
+
+/// Nodes joined by a simulated network.
+pub struct Sim {
+    pub now: Instant,
+    pub nodes: Vec<Endpoint>,
+    pub stats: SimStats,
+    pub seed: u64,
+    faults: Vec<Vec<Faults>>,
+    rng: Rng,
+    queue: BinaryHeap<Reverse<(u64, u64, usize, Vec<u8>)>>,
+    seq: u64,
+    tap: Option<Tap>,
+    buf: Vec<u8>,
+}
+
+impl core::fmt::Debug for Sim {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Sim")
+            .field("now", &self.now)
+            .field("seed", &self.seed)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+/// The IPv4-mapped GID of node `i` (10.0.0.i+1).
+pub fn node_gid(i: usize) -> Ipv6Addr {
+    Ipv4Addr::new(10, 0, 0, (i + 1) as u8).to_ipv6_mapped()
+}
+
+/// An IPv6 GID of node `i` (fd00::i+1).
+pub fn node_gid_v6(i: usize) -> Ipv6Addr {
+    Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, (i + 1) as u16)
+}
+
+impl Sim {
+    /// `n` endpoints with IPv4-mapped GIDs (or IPv6 ones) and a 4096 port MTU.
+    pub fn new(seed: u64, n: usize, ipv6: bool) -> Sim {
+        let nodes = (0..n)
+            .map(|i| {
+                Endpoint::new(EndpointConfig {
+                    local_gids: vec![if ipv6 { node_gid_v6(i) } else { node_gid(i) }],
+                    port_mtu: Mtu::Mtu4096,
+                })
+            })
+            .collect();
+        Sim {
+            now: Instant::ZERO,
+            nodes,
+            stats: SimStats::default(),
+            seed,
+            faults: vec![vec![Faults::default(); n]; n],
+            rng: Rng::new(seed),
+            queue: BinaryHeap::new(),
+            seq: 0,
+            tap: None,
+            buf: vec![0; MAX_DATAGRAM_LEN],
+        }
+    }
+
+    /// The first GID of node `i`.
+    pub fn gid(&self, i: usize) -> Ipv6Addr {
+        self.nodes[i].config().local_gids[0]
+    }
+
+    /// Sets the faults from `from` to `to`.
+    pub fn set_faults(&mut self, from: usize, to: usize, f: Faults) {
+        self.faults[from][to] = f;
+    }
+
+    /// Sets the same faults on every direction.
+    pub fn set_all_faults(&mut self, f: Faults) {
+        for row in &mut self.faults {
+            row.fill(f);
+        }
+    }
+
+    /// Installs a tap that sees every datagram first.
+    pub fn set_tap(&mut self, tap: Tap) {
+        self.tap = Some(tap);
+    }
+
+    /// Removes the tap.
+    pub fn clear_tap(&mut self) {
+        self.tap = None;
+    }
+
+    fn route(&self, dst: Ipv6Addr) -> Option<usize> {
+        self.nodes
+            .iter()
+            .position(|n| n.config().local_gids.contains(&dst))
+    }
+
+    /// Drains every node's transmit queue into the network.
+    fn pump(&mut self) {
+        for from in 0..self.nodes.len() {
+            while let Some(t) = self.nodes[from].poll_transmit(self.now, &mut self.buf) {
+                self.stats.sent += 1;
+                let dst = match t.dst {
+                    core::net::IpAddr::V4(a) => a.to_ipv6_mapped(),
+                    core::net::IpAddr::V6(a) => a,
+                };
+                let Some(to) = self.route(dst) else {
+                    self.stats.unroutable += 1;
+                    continue;
+                };
+                let mut pkt = self.buf[..t.len].to_vec();
+                if let Some(tap) = &mut self.tap {
+                    if !tap(from, to, &mut pkt) {
+                        self.stats.tapped_out += 1;
+                        continue;
+                    }
+                }
+                self.inject(from, to, pkt);
+            }
+        }
+    }
+
+    /// Sends `pkt` from `from` to `to` through the faults of that direction.
+    pub fn inject(&mut self, from: usize, to: usize, pkt: Vec<u8>) {
+        let f = self.faults[from][to];
+        if self.rng.chance(f.loss) {
+            self.stats.lost += 1;
+            return;
+        }
+        let copies = if self.rng.chance(f.dup) {
+            self.stats.duplicated += 1;
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            let mut p = pkt.clone();
+            if self.rng.chance(f.corrupt) {
+                let ib = if p.first().is_some_and(|b| b >> 4 == 6) {
+                    48
+                } else {
+                    28
+                };
+                if p.len() > ib + 5 {
+                    // Any bit of the IB part except BTH byte 4, which the ICRC masks.
+                    let mut at = ib + self.rng.below((p.len() - ib) as u64) as usize;
+                    if at == ib + 4 {
+                        at += 1;
+                    }
+                    p[at] ^= 1 << self.rng.below(8);
+                    self.stats.corrupted += 1;
+                }
+            }
+            let mut delay = f.delay_ns + self.rng.below(f.jitter_ns + 1);
+            if self.rng.chance(f.reorder) {
+                delay += self.rng.below(4 * f.delay_ns.max(1_000));
+            }
+            self.seq += 1;
+            self.queue
+                .push(Reverse((self.now.as_nanos() + delay, self.seq, to, p)));
+        }
+    }
+
+    /// One event: send what is ready, then advance the clock to the next delivery or
+    /// timer and process it. Returns false when nothing is left to do.
+    pub fn step(&mut self) -> bool {
+        self.pump();
+        let next_pkt = self.queue.peek().map(|Reverse((t, ..))| *t);
+        let next_timer = self
+            .nodes
+            .iter()
+            .filter_map(Endpoint::poll_timeout)
+            .min()
+            .map(Instant::as_nanos);
+        let next = match (next_pkt, next_timer) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => match a.or(b) {
+                Some(t) => t,
+                None => return false,
+            },
+        };
+        if next > self.now.as_nanos() {
+            self.now = Instant::from_nanos(next);
+        }
+        while let Some(Reverse((t, ..))) = self.queue.peek() {
+            if *t > self.now.as_nanos() {
+                break;
+            }
+            let Some(Reverse((_, _, to, p))) = self.queue.pop() else {
+                break;
+            };
+            self.stats.delivered += 1;
+            self.nodes[to].handle_packet(self.now, &p);
+        }
+        for n in &mut self.nodes {
+            if n.poll_timeout().is_some_and(|t| t <= self.now) {
+                n.handle_timeout(self.now);
+            }
+        }
+        true
+    }
+
+    /// Steps until `done` holds or `limit` of virtual time passes; true if `done` held.
+    pub fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&mut Sim) -> bool) -> bool {
+        let end = self.now + limit;
+        loop {
+            if done(self) {
+                return true;
+            }
+            if self.now > end || !self.step() {
+                return done(self);
+            }
+        }
+    }
+
+    /// Steps until the network and every timer are idle, or `limit` passes.
+    pub fn run_idle(&mut self, limit: Duration) -> bool {
+        let end = self.now + limit;
+        while self.now <= end {
+            if !self.step() {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// One side of a test connection: its PD, CQ and QP.
+#[derive(Debug, Clone, Copy)]
+pub struct Side {
+    pub node: usize,
+    pub pd: PdId,
+    pub cq: CqId,
+    pub qpn: u32,
+}
+
+/// QP options for [`connect`].
+#[derive(Debug, Clone, Copy)]
+pub struct QpOpts {
+    pub qp_type: QpType,
+    pub mtu: Mtu,
+    /// First PSN each side sends.
+    pub psn: [u32; 2],
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub max_rd_atomic: u8,
+    pub access: Access,
+    pub cap: QpCap,
+    pub qkey: u32,
+    pub cq_depth: usize,
+}
+
+impl Default for QpOpts {
+    fn default() -> Self {
+        QpOpts {
+            qp_type: QpType::Rc,
+            mtu: Mtu::Mtu1024,
+            psn: [0x100, 0x200],
+            timeout: 8,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+            max_rd_atomic: 4,
+            access: Access::LOCAL_WRITE
+                | Access::REMOTE_WRITE
+                | Access::REMOTE_READ
+                | Access::REMOTE_ATOMIC,
+            cap: QpCap {
+                max_send_wr: 1024,
+                max_recv_wr: 1024,
+                max_send_sge: 4,
+                max_recv_sge: 4,
+                max_inline_data: 256,
+            },
+            qkey: 0x1111_1111,
+            cq_depth: 1 << 16,
+        }
+    }
+}
+
+/// Creates a QP (PD, CQ) on `node` in RESET.
+pub fn create(sim: &mut Sim, node: usize, o: &QpOpts) -> Side {
+    let ep = &mut sim.nodes[node];
+    let pd = ep.alloc_pd();
+    let cq = ep.create_cq(o.cq_depth).expect("cq");
+    let qpn = ep
+        .create_qp(
+            pd,
+            QpInitAttr {
+                qp_type: o.qp_type,
+                send_cq: cq,
+                recv_cq: cq,
+                cap: o.cap,
+                sq_sig_all: false,
+            },
+        )
+        .expect("qp");
+    Side { node, pd, cq, qpn }
+}
+
+/// Moves `s` through INIT, RTR and RTS toward `peer` (ignored for UD).
+pub fn bring_up(sim: &mut Sim, s: Side, peer_gid: Ipv6Addr, peer_qpn: u32, o: &QpOpts, idx: usize) {
+    use QpAttrMask as M;
+    let ep = &mut sim.nodes[s.node];
+    let ud = o.qp_type == QpType::Ud;
+    let attr = QpAttr {
+        qp_state: QpState::Init,
+        qp_access_flags: o.access,
+        qkey: o.qkey,
+        ..QpAttr::default()
+    };
+    let m = M::STATE | M::PKEY_INDEX | M::PORT | if ud { M::QKEY } else { M::ACCESS_FLAGS };
+    ep.modify_qp(s.qpn, &attr, m).expect("INIT");
+    let attr = QpAttr {
+        qp_state: QpState::Rtr,
+        path_mtu: o.mtu,
+        dest_qp_num: peer_qpn,
+        rq_psn: o.psn[1 - idx],
+        av: AddressVector::new(peer_gid),
+        max_dest_rd_atomic: o.max_rd_atomic,
+        min_rnr_timer: o.min_rnr_timer,
+        ..QpAttr::default()
+    };
+    let m = match o.qp_type {
+        QpType::Ud => M::STATE,
+        QpType::Uc => M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN,
+        QpType::Rc => {
+            M::STATE
+                | M::AV
+                | M::PATH_MTU
+                | M::DEST_QPN
+                | M::RQ_PSN
+                | M::MAX_DEST_RD_ATOMIC
+                | M::MIN_RNR_TIMER
+        }
+    };
+    ep.modify_qp(s.qpn, &attr, m).expect("RTR");
+    let attr = QpAttr {
+        qp_state: QpState::Rts,
+        sq_psn: o.psn[idx],
+        timeout: o.timeout,
+        retry_cnt: o.retry_cnt,
+        rnr_retry: o.rnr_retry,
+        max_rd_atomic: o.max_rd_atomic,
+        ..QpAttr::default()
+    };
+    let m = if o.qp_type == QpType::Rc {
+        M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC
+    } else {
+        M::STATE | M::SQ_PSN
+    };
+    ep.modify_qp(s.qpn, &attr, m).expect("RTS");
+}
+
+/// Two connected QPs (RC or UC; UD QPs are just brought up) on nodes `a` and `b`.
+pub fn connect(sim: &mut Sim, a: usize, b: usize, o: &QpOpts) -> (Side, Side) {
+    let sa = create(sim, a, o);
+    let sb = create(sim, b, o);
+    let (ga, gb) = (sim.gid(a), sim.gid(b));
+    bring_up(sim, sa, gb, sb.qpn, o, 0);
+    bring_up(sim, sb, ga, sa.qpn, o, 1);
+    (sa, sb)
+}
+
+/// Polls every completion of a side's CQ.
+pub fn drain_cq(sim: &mut Sim, s: Side) -> Vec<WorkCompletion> {
+    let mut v = Vec::new();
+    while sim.nodes[s.node].poll_cq(s.cq, &mut v, 64) > 0 {}
+    v
+}
+
+/// Opcode and PSN of a datagram, for taps (None if it does not parse).
+pub fn opcode_psn(pkt: &[u8]) -> Option<(ferroce_wire::Opcode, u32)> {
+    let d = ferroce_wire::Datagram::parse(pkt).ok()?;
+    let ib = d.ib();
+    Some((ib.opcode(), ib.bth().psn().value()))
+}
+
+/// The parsed IB packet of a datagram, for taps.
+pub fn parse(pkt: &[u8]) -> Option<ferroce_wire::IbRepr<'_>> {
+    let d = ferroce_wire::Datagram::parse(pkt).ok()?;
+    ferroce_wire::IbRepr::parse(&d.ib()).ok()
+}
+
+/// Recomputes the ICRC after a tap edited a datagram.
+pub fn refill_icrc(pkt: &mut [u8]) {
+    let _ = ferroce_wire::icrc::fill(pkt);
+}
