@@ -8,7 +8,10 @@
 
 pub mod capture;
 pub mod decode;
+pub mod driver;
 pub mod net;
+pub mod port;
+pub mod verbs;
 
 pub use ferroce_transport as transport;
 pub use ferroce_wire as wire;

@@ -3,6 +3,7 @@
 
 pub mod af_packet;
 pub mod bpf;
+pub mod eventfd;
 pub mod gid;
 pub mod interface;
 pub mod neigh;

@@ -1,0 +1,304 @@
+//! The driver: one thread per device that moves frames between a [`Port`] and the sans-IO
+//! transport, and runs its timers.
+//!
+//! API calls lock the shared endpoint, change it, and wake the thread; the thread receives
+//! frames, hands them to the transport, transmits what the transport has to send, and
+//! sleeps in poll() until a frame arrives, an API call wakes it, or the next timer is due.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use ferroce_transport::{Endpoint, Instant};
+use ferroce_wire::{EthernetRepr, Frame};
+
+use crate::capture::PcapSink;
+use crate::net::eventfd::{poll_readable, EventFd};
+use crate::port::Port;
+
+/// Largest frame handled: a 4096-byte IB MTU plus all headers, with room for jumbo frames.
+pub const MAX_FRAME: usize = 9216;
+/// Frames received per lock of the endpoint, so API calls are not starved.
+const RX_BATCH: usize = 64;
+/// Frames transmitted per lock of the endpoint.
+const TX_BATCH: usize = 64;
+
+/// Counters of the driver itself (frames the transport never saw).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DriverCounters {
+    /// Received frames that are not well-formed RoCE v2 (the kernel filter lets few through).
+    pub rx_not_roce: u64,
+    /// Transmissions dropped because the destination's MAC address is unknown.
+    pub tx_no_neighbour: u64,
+    /// Send errors from the link.
+    pub send_err: u64,
+}
+
+/// State shared by the API and the driver thread.
+pub struct Shared {
+    endpoint: Mutex<Endpoint>,
+    /// The MAC address for each destination IP, filled when QPs and AHs are given a path.
+    neighbours: Mutex<HashMap<IpAddr, [u8; 6]>>,
+    port: Arc<dyn Port>,
+    waker: EventFd,
+    /// Signalled after the driver may have produced completions.
+    completions: Condvar,
+    completions_lock: Mutex<u64>,
+    /// For async waiters (tokio users).
+    pub(crate) notify: tokio::sync::Notify,
+    stop: AtomicBool,
+    epoch: std::time::Instant,
+    pcap: Mutex<Option<PcapSink<io::BufWriter<std::fs::File>>>>,
+    counters: Mutex<DriverCounters>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    /// The transport's notion of now.
+    pub fn now(&self) -> Instant {
+        Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    /// Locks the endpoint for an API call.
+    pub fn endpoint(&self) -> MutexGuard<'_, Endpoint> {
+        self.endpoint.lock().expect("endpoint lock poisoned")
+    }
+
+    /// Wakes the driver thread (after posting work).
+    pub fn wake(&self) {
+        self.waker.wake();
+    }
+
+    /// The link.
+    pub fn port(&self) -> &Arc<dyn Port> {
+        &self.port
+    }
+
+    /// Records the MAC address for `ip`, resolving it through the port if unknown.
+    pub fn resolve(
+        &self,
+        ip: IpAddr,
+        timeout: Duration,
+    ) -> Result<[u8; 6], crate::net::neigh::ResolveError> {
+        if let Some(mac) = self.neighbours.lock().expect("neighbour lock").get(&ip) {
+            return Ok(*mac);
+        }
+        let mac = self.port.resolve(ip, timeout)?;
+        self.neighbours
+            .lock()
+            .expect("neighbour lock")
+            .insert(ip, mac);
+        Ok(mac)
+    }
+
+    /// Driver counters.
+    pub fn driver_counters(&self) -> DriverCounters {
+        *self.counters.lock().expect("counter lock")
+    }
+
+    /// Starts recording every frame sent and received to `path`.
+    pub fn start_pcap(&self, path: &Path) -> io::Result<()> {
+        *self.pcap.lock().expect("pcap lock") = Some(PcapSink::create(path)?);
+        Ok(())
+    }
+
+    /// Blocks until the driver signals completions or `timeout` passes; returns at once if
+    /// the generation moved past `seen`.
+    pub fn wait_completions(&self, seen: u64, timeout: Duration) -> u64 {
+        let g = self.completions_lock.lock().expect("completion lock");
+        let (g, _) = self
+            .completions
+            .wait_timeout_while(g, timeout, |gen| *gen == seen)
+            .expect("completion lock");
+        *g
+    }
+
+    /// The current completion generation.
+    pub fn completion_generation(&self) -> u64 {
+        *self.completions_lock.lock().expect("completion lock")
+    }
+
+    fn signal_completions(&self) {
+        *self.completions_lock.lock().expect("completion lock") += 1;
+        self.completions.notify_all();
+        self.notify.notify_waiters();
+    }
+
+    fn record(&self, frame: &[u8]) {
+        let mut p = self.pcap.lock().expect("pcap lock");
+        if let Some(sink) = p.as_mut() {
+            let ts = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            if let Err(e) = sink.write(ts, frame) {
+                tracing::warn!(error = %e, "pcap write failed; recording stopped");
+                *p = None;
+            }
+        }
+    }
+}
+
+/// The running driver; dropping it stops the thread.
+#[derive(Debug)]
+pub struct Driver {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Driver {
+    /// Starts the driver thread for `endpoint` on `port`.
+    pub fn start(endpoint: Endpoint, port: Arc<dyn Port>) -> io::Result<Driver> {
+        let shared = Arc::new(Shared {
+            endpoint: Mutex::new(endpoint),
+            neighbours: Mutex::new(HashMap::new()),
+            port,
+            waker: EventFd::new()?,
+            completions: Condvar::new(),
+            completions_lock: Mutex::new(0),
+            notify: tokio::sync::Notify::new(),
+            stop: AtomicBool::new(false),
+            epoch: std::time::Instant::now(),
+            pcap: Mutex::new(None),
+            counters: Mutex::new(DriverCounters::default()),
+        });
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("ferroce-driver".into())
+            .spawn(move || run(&s))?;
+        Ok(Driver {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// The shared state.
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.wake();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Some(sink) = self.shared.pcap.lock().expect("pcap lock").take() {
+            let _ = io::Write::flush(&mut sink.into_inner());
+        }
+    }
+}
+
+fn run(s: &Shared) {
+    let span = tracing::info_span!("driver");
+    let _enter = span.enter();
+    let mut rx = vec![0u8; MAX_FRAME];
+    let mut tx = vec![0u8; MAX_FRAME];
+    let fds = [s.port.fd(), s.waker.as_raw_fd()];
+    while !s.stop.load(Ordering::SeqCst) {
+        s.waker.drain();
+        let mut progressed = false;
+
+        // Receive.
+        loop {
+            let mut ep = s.endpoint();
+            let mut n = 0;
+            while n < RX_BATCH {
+                match s.port.recv(&mut rx) {
+                    Ok(Some(len)) => {
+                        n += 1;
+                        let frame = &rx[..len];
+                        s.record(frame);
+                        match Frame::parse(frame) {
+                            Ok(f) => ep.handle_packet(s.now(), f.datagram.ip_packet()),
+                            Err(e) => {
+                                tracing::trace!(error = %e, "dropped a non-RoCE frame");
+                                s.counters.lock().expect("counter lock").rx_not_roce += 1;
+                            }
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "receive failed");
+                        break;
+                    }
+                }
+            }
+            progressed |= n > 0;
+            if n < RX_BATCH {
+                break;
+            }
+        }
+
+        // Timers and transmit.
+        {
+            let mut ep = s.endpoint();
+            let now = s.now();
+            if ep.poll_timeout().is_some_and(|t| t <= now) {
+                ep.handle_timeout(now);
+                progressed = true;
+            }
+            let mut sent = 0;
+            while sent < TX_BATCH {
+                let Some(t) = ep.poll_transmit(s.now(), &mut tx[14..]) else {
+                    break;
+                };
+                sent += 1;
+                let mac = s
+                    .neighbours
+                    .lock()
+                    .expect("neighbour lock")
+                    .get(&t.dst)
+                    .copied();
+                let Some(dst) = mac else {
+                    tracing::debug!(dst = %t.dst, "no MAC address for destination; dropped");
+                    s.counters.lock().expect("counter lock").tx_no_neighbour += 1;
+                    continue;
+                };
+                let eth = EthernetRepr {
+                    src: s.port.mac(),
+                    dst,
+                    vlan: None,
+                };
+                if eth.emit(&mut tx[..14], t.dst.is_ipv6()).is_err() {
+                    continue;
+                }
+                let frame = &tx[..14 + t.len];
+                s.record(frame);
+                match s.port.send(frame) {
+                    Ok(true) => {}
+                    Ok(false) | Err(_) => {
+                        // A full or failing link is a loss on the wire: go-back-N recovers.
+                        s.counters.lock().expect("counter lock").send_err += 1;
+                    }
+                }
+            }
+            progressed |= sent > 0;
+            if progressed {
+                // Cheap when nobody waits; precise tracking would cost more than it saves.
+                s.signal_completions();
+            }
+            if sent == TX_BATCH || progressed {
+                continue;
+            }
+            let timeout = ep.poll_timeout().map(|t| t.saturating_duration_since(now));
+            drop(ep);
+            if let Err(e) = poll_readable(&fds, timeout) {
+                tracing::error!(error = %e, "poll failed; driver stops");
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! A Linux eventfd: how API threads and in-memory peers wake the driver thread's poll().
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// A counter the kernel makes pollable: `wake` makes it readable, `drain` resets it.
+#[derive(Debug)]
+pub struct EventFd {
+    fd: OwnedFd,
+}
+
+impl EventFd {
+    /// A non-blocking eventfd.
+    pub fn new() -> io::Result<EventFd> {
+        // SAFETY: plain eventfd(2) call; the result is checked before use.
+        let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a fresh descriptor owned by nothing else.
+        Ok(EventFd {
+            fd: unsafe { OwnedFd::from_raw_fd(raw) },
+        })
+    }
+
+    /// Makes the eventfd readable (wakes a poller).
+    pub fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64, as eventfd requires. A full counter
+        // (EAGAIN) already means "readable", so the result can be ignored.
+        let _ = unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Resets the counter so the next poll blocks again.
+    pub fn drain(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64; EAGAIN (nothing pending) is fine.
+        let _ = unsafe { libc::read(self.fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+    }
+}
+
+impl AsRawFd for EventFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// Waits until one of `fds` is readable or `timeout` passes (`None` = forever).
+pub fn poll_readable(fds: &[RawFd], timeout: Option<std::time::Duration>) -> io::Result<()> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ms = match timeout {
+        None => -1,
+        // Round up so that a 10 µs timer does not become a busy 0 ms poll loop.
+        Some(t) => i32::try_from(t.as_micros().div_ceil(1000)).unwrap_or(i32::MAX),
+    };
+    // SAFETY: `pfds` is a valid array of pollfd of the given length for the whole call.
+    let ret = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
+    if ret < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,217 @@
+//! Where frames go in and out: a real interface (AF_PACKET) or an in-memory wire.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::net::af_packet::RawSocket;
+use crate::net::eventfd::EventFd;
+use crate::net::interface::Interface;
+use crate::net::neigh;
+use crate::net::port_guard::PortGuard;
+
+/// A link that carries Ethernet frames.
+pub trait Port: Send + Sync + 'static {
+    /// The port's own MAC address.
+    fn mac(&self) -> [u8; 6];
+    /// Sends one frame; `Ok(false)` when the link is momentarily full.
+    fn send(&self, frame: &[u8]) -> io::Result<bool>;
+    /// Receives one frame into `buf`, `Ok(None)` when none is queued.
+    fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>>;
+    /// A descriptor that polls readable when frames are queued.
+    fn fd(&self) -> RawFd;
+    /// The MAC address to send packets for `ip` to.
+    fn resolve(&self, ip: IpAddr, timeout: Duration) -> Result<[u8; 6], neigh::ResolveError>;
+}
+
+/// A real interface: AF_PACKET raw socket plus the UDP port guard.
+#[derive(Debug)]
+pub struct PacketPort {
+    iface: Interface,
+    socket: RawSocket,
+    _guards: Vec<PortGuard>,
+}
+
+/// Why a real port could not be opened.
+#[derive(Debug)]
+pub enum PortError {
+    /// Raw sockets need CAP_NET_RAW.
+    Permission,
+    /// UDP port 4791 is taken (by rdma_rxe or another RoCE stack) in this namespace.
+    PortInUse(IpAddr),
+    Io(io::Error),
+}
+
+impl std::fmt::Display for PortError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PortError::Permission => write!(
+                f,
+                "no permission to open a raw socket: run as root or grant CAP_NET_RAW (sudo setcap cap_net_raw+ep $(which ferroce))"
+            ),
+            PortError::PortInUse(a) => write!(
+                f,
+                "UDP port 4791 on {a} is already in use (is the kernel's rdma_rxe or another ferroce running in this network namespace?); stop it or use another namespace"
+            ),
+            PortError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for PortError {}
+
+impl PacketPort {
+    /// Opens `iface` for RoCE v2.
+    pub fn open(iface: Interface) -> Result<PacketPort, PortError> {
+        let socket = RawSocket::open(iface.index).map_err(|e| match e.raw_os_error() {
+            Some(libc::EPERM) | Some(libc::EACCES) => PortError::Permission,
+            _ => PortError::Io(e),
+        })?;
+        let mut guards = Vec::new();
+        for (addr, _) in &iface.addrs {
+            if let IpAddr::V6(v6) = addr {
+                if v6.segments()[0] & 0xffc0 == 0xfe80 {
+                    continue; // binding link-local needs a scope id; nothing routes RoCE there
+                }
+            }
+            match PortGuard::bind(*addr) {
+                Ok(g) => guards.push(g),
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                    return Err(PortError::PortInUse(*addr))
+                }
+                Err(e) => tracing::warn!(%addr, error = %e, "cannot bind UDP 4791 guard"),
+            }
+        }
+        Ok(PacketPort {
+            iface,
+            socket,
+            _guards: guards,
+        })
+    }
+
+    /// The interface.
+    pub fn interface(&self) -> &Interface {
+        &self.iface
+    }
+}
+
+impl Port for PacketPort {
+    fn mac(&self) -> [u8; 6] {
+        self.iface.mac
+    }
+    fn send(&self, frame: &[u8]) -> io::Result<bool> {
+        self.socket.send(frame)
+    }
+    fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        self.socket.recv(buf)
+    }
+    fn fd(&self) -> RawFd {
+        self.socket.as_raw_fd()
+    }
+    fn resolve(&self, ip: IpAddr, timeout: Duration) -> Result<[u8; 6], neigh::ResolveError> {
+        neigh::resolve(self.iface.index, &self.iface.name, ip, timeout)
+    }
+}
+
+/// One end of an in-memory wire: frames sent on one end queue at the other.
+pub struct MemoryPort {
+    mac: [u8; 6],
+    inbox: Arc<Inbox>,
+    peer: Arc<Inbox>,
+    /// IP address to MAC address of every end on the wire.
+    neighbours: Arc<Mutex<HashMap<IpAddr, [u8; 6]>>>,
+}
+
+struct Inbox {
+    frames: Mutex<VecDeque<Vec<u8>>>,
+    ready: EventFd,
+}
+
+/// Frames queued per direction before the wire drops (like a full NIC ring).
+const MEMORY_QUEUE: usize = 4096;
+
+impl MemoryPort {
+    /// Two ends of a wire, with the given MACs and the IP addresses each end owns.
+    pub fn pair(
+        a: ([u8; 6], &[IpAddr]),
+        b: ([u8; 6], &[IpAddr]),
+    ) -> io::Result<(MemoryPort, MemoryPort)> {
+        let ia = Arc::new(Inbox {
+            frames: Mutex::new(VecDeque::new()),
+            ready: EventFd::new()?,
+        });
+        let ib = Arc::new(Inbox {
+            frames: Mutex::new(VecDeque::new()),
+            ready: EventFd::new()?,
+        });
+        let mut n = HashMap::new();
+        for ip in a.1 {
+            n.insert(*ip, a.0);
+        }
+        for ip in b.1 {
+            n.insert(*ip, b.0);
+        }
+        let n = Arc::new(Mutex::new(n));
+        Ok((
+            MemoryPort {
+                mac: a.0,
+                inbox: ia.clone(),
+                peer: ib.clone(),
+                neighbours: n.clone(),
+            },
+            MemoryPort {
+                mac: b.0,
+                inbox: ib,
+                peer: ia,
+                neighbours: n,
+            },
+        ))
+    }
+}
+
+impl Port for MemoryPort {
+    fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+    fn send(&self, frame: &[u8]) -> io::Result<bool> {
+        let mut q = self.peer.frames.lock().expect("inbox lock");
+        if q.len() < MEMORY_QUEUE {
+            q.push_back(frame.to_vec());
+        }
+        // A full queue drops the frame, as a wire would; retransmission recovers.
+        drop(q);
+        self.peer.ready.wake();
+        Ok(true)
+    }
+    fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        let mut q = self.inbox.frames.lock().expect("inbox lock");
+        match q.pop_front() {
+            Some(f) => {
+                let n = f.len().min(buf.len());
+                buf[..n].copy_from_slice(&f[..n]);
+                Ok(Some(n))
+            }
+            None => {
+                self.inbox.ready.drain();
+                Ok(None)
+            }
+        }
+    }
+    fn fd(&self) -> RawFd {
+        self.inbox.ready.as_raw_fd()
+    }
+    fn resolve(&self, ip: IpAddr, _timeout: Duration) -> Result<[u8; 6], neigh::ResolveError> {
+        self.neighbours
+            .lock()
+            .expect("neighbour lock")
+            .get(&ip)
+            .copied()
+            .ok_or(neigh::ResolveError::Unreachable {
+                ip,
+                ifname: "memory".into(),
+            })
+    }
+}

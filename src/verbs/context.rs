@@ -1,0 +1,136 @@
+//! An open device: the driver thread plus what the device reports about itself.
+
+use std::net::{IpAddr, Ipv6Addr};
+use std::path::Path;
+use std::sync::Arc;
+
+use ferroce_transport::{Endpoint, EndpointConfig, Mtu};
+
+use crate::driver::{Driver, DriverCounters, Shared};
+use crate::net::gid::GidTable;
+use crate::port::{MemoryPort, PacketPort, Port};
+
+use super::{CompletionQueue, Device, Error, ProtectionDomain};
+
+/// What `ferroce devinfo` shows about an open device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceAttr {
+    pub name: String,
+    pub node_guid: u64,
+    pub mac: [u8; 6],
+    pub netdev_mtu: u32,
+    /// The active RoCE MTU.
+    pub active_mtu: Mtu,
+    pub gids: GidTable,
+}
+
+/// An open RoCE device. Cheap to clone; every clone shares one driver.
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub(crate) driver: Arc<Driver>,
+    attr: Arc<DeviceAttr>,
+}
+
+impl Context {
+    /// Opens the device on interface `name`.
+    pub fn open(name: &str) -> Result<Context, Error> {
+        Device::by_name(name)?.open()
+    }
+
+    pub(crate) fn open_device(dev: &Device) -> Result<Context, Error> {
+        let port = PacketPort::open(dev.interface().clone())?;
+        let attr = DeviceAttr {
+            name: dev.name().to_string(),
+            node_guid: dev.node_guid(),
+            mac: dev.interface().mac,
+            netdev_mtu: dev.interface().mtu,
+            active_mtu: Mtu::from_bytes(dev.interface().ib_mtu()).unwrap_or(Mtu::Mtu1024),
+            gids: dev.gids().clone(),
+        };
+        Context::start(attr, Arc::new(port))
+    }
+
+    /// Two devices joined by an in-memory wire, with GIDs `::ffff:10.0.0.1` and
+    /// `::ffff:10.0.0.2` and MTU 4096: for tests and demos without privileges.
+    pub fn memory_pair() -> Result<(Context, Context), Error> {
+        let ip_a: IpAddr = [10, 0, 0, 1].into();
+        let ip_b: IpAddr = [10, 0, 0, 2].into();
+        let mac_a = [2, 0, 10, 0, 0, 1];
+        let mac_b = [2, 0, 10, 0, 0, 2];
+        let (pa, pb) = MemoryPort::pair((mac_a, &[ip_a]), (mac_b, &[ip_b]))?;
+        let attr = |name: &str, mac: [u8; 6], ip: IpAddr| DeviceAttr {
+            name: name.to_string(),
+            node_guid: u64::from_be_bytes([
+                mac[0] ^ 2,
+                mac[1],
+                mac[2],
+                0xff,
+                0xfe,
+                mac[3],
+                mac[4],
+                mac[5],
+            ]),
+            mac,
+            netdev_mtu: 9000,
+            active_mtu: Mtu::Mtu4096,
+            gids: GidTable::from_addrs(&[ip]),
+        };
+        Ok((
+            Context::start(attr("mem0", mac_a, ip_a), Arc::new(pa))?,
+            Context::start(attr("mem1", mac_b, ip_b), Arc::new(pb))?,
+        ))
+    }
+
+    fn start(attr: DeviceAttr, port: Arc<dyn Port>) -> Result<Context, Error> {
+        let config = EndpointConfig {
+            local_gids: attr.gids.entries().iter().map(|e| e.gid).collect(),
+            port_mtu: attr.active_mtu,
+        };
+        let driver = Driver::start(Endpoint::new(config), port)?;
+        Ok(Context {
+            driver: Arc::new(driver),
+            attr: Arc::new(attr),
+        })
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        self.driver.shared()
+    }
+
+    /// The device's attributes.
+    pub fn attr(&self) -> &DeviceAttr {
+        &self.attr
+    }
+
+    /// The GID at `index`.
+    pub fn gid(&self, index: usize) -> Option<Ipv6Addr> {
+        self.attr.gids.get(index).map(|e| e.gid)
+    }
+
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&self) -> Result<ProtectionDomain, Error> {
+        let id = self.shared().endpoint().alloc_pd();
+        Ok(ProtectionDomain::new(self.clone(), id))
+    }
+
+    /// Creates a completion queue of `depth` entries.
+    pub fn create_cq(&self, depth: usize) -> Result<CompletionQueue, Error> {
+        let id = self.shared().endpoint().create_cq(depth)?;
+        Ok(CompletionQueue::new(self.clone(), id))
+    }
+
+    /// Transport counters (named like rxe's hw_counters) and driver counters.
+    pub fn counters(&self) -> Vec<(&'static str, u64)> {
+        let mut v: Vec<(&'static str, u64)> = self.shared().endpoint().counters().iter().collect();
+        let d: DriverCounters = self.shared().driver_counters();
+        v.push(("rx_not_roce", d.rx_not_roce));
+        v.push(("tx_no_neighbour", d.tx_no_neighbour));
+        v.push(("link_send_err", d.send_err));
+        v
+    }
+
+    /// Records every RoCE frame sent and received from now on to a pcap file.
+    pub fn start_pcap(&self, path: &Path) -> Result<(), Error> {
+        Ok(self.shared().start_pcap(path)?)
+    }
+}

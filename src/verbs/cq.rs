@@ -1,0 +1,64 @@
+//! Completion queues: poll, block with a timeout, or await (tokio).
+
+use std::time::{Duration, Instant};
+
+use ferroce_transport::{CqId, WorkCompletion};
+
+use super::Context;
+
+/// A completion queue.
+#[derive(Debug)]
+pub struct CompletionQueue {
+    ctx: Context,
+    id: CqId,
+}
+
+impl CompletionQueue {
+    pub(crate) fn new(ctx: Context, id: CqId) -> Self {
+        CompletionQueue { ctx, id }
+    }
+
+    pub(crate) fn id(&self) -> CqId {
+        self.id
+    }
+
+    /// Moves up to `max` completions into `out`; returns how many.
+    pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> usize {
+        self.ctx.shared().endpoint().poll_cq(self.id, out, max)
+    }
+
+    /// Blocks until a completion is available or `timeout` passes.
+    pub fn wait_one(&self, timeout: Duration) -> Option<WorkCompletion> {
+        let deadline = Instant::now() + timeout;
+        let mut out = Vec::with_capacity(1);
+        loop {
+            let gen = self.ctx.shared().completion_generation();
+            if self.poll(&mut out, 1) == 1 {
+                return out.pop();
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            self.ctx.shared().wait_completions(gen, deadline - now);
+        }
+    }
+
+    /// Waits (asynchronously) for the next completion.
+    pub async fn next(&self) -> WorkCompletion {
+        let mut out = Vec::with_capacity(1);
+        loop {
+            let notified = self.ctx.shared().notify.notified();
+            if self.poll(&mut out, 1) == 1 {
+                return out.pop().expect("one completion");
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Drop for CompletionQueue {
+    fn drop(&mut self) {
+        let _ = self.ctx.shared().endpoint().destroy_cq(self.id);
+    }
+}

@@ -1,0 +1,65 @@
+//! RoCE devices: every Ethernet interface with an address is one, named like the interface.
+
+use std::net::IpAddr;
+
+use crate::net::gid::GidTable;
+use crate::net::interface::Interface;
+
+use super::{Context, Error};
+
+/// A network interface usable as a RoCE v2 device.
+#[derive(Debug, Clone)]
+pub struct Device {
+    iface: Interface,
+    gids: GidTable,
+}
+
+impl Device {
+    /// Every usable device of this network namespace (Ethernet, with at least one address).
+    pub fn list() -> Vec<Device> {
+        Interface::all()
+            .into_iter()
+            .filter(|i| i.mac != [0; 6] && !i.addrs.is_empty())
+            .map(Device::from_interface)
+            .collect()
+    }
+
+    /// The device on interface `name`.
+    pub fn by_name(name: &str) -> Result<Device, Error> {
+        Ok(Device::from_interface(Interface::by_name(name)?))
+    }
+
+    fn from_interface(iface: Interface) -> Device {
+        let addrs: Vec<IpAddr> = iface.addrs.iter().map(|(a, _)| *a).collect();
+        Device {
+            gids: GidTable::from_addrs(&addrs),
+            iface,
+        }
+    }
+
+    /// The device (interface) name.
+    pub fn name(&self) -> &str {
+        &self.iface.name
+    }
+
+    /// The interface behind it.
+    pub fn interface(&self) -> &Interface {
+        &self.iface
+    }
+
+    /// The GID table.
+    pub fn gids(&self) -> &GidTable {
+        &self.gids
+    }
+
+    /// The node GUID, derived from the MAC address as for RoCE NICs (EUI-64).
+    pub fn node_guid(&self) -> u64 {
+        let m = self.iface.mac;
+        u64::from_be_bytes([m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]])
+    }
+
+    /// Opens the device: a raw socket on the interface and a driver thread.
+    pub fn open(&self) -> Result<Context, Error> {
+        Context::open_device(self)
+    }
+}
