@@ -83,6 +83,22 @@ pub struct Endpoint {
     ip_id: u16,
 }
 
+/// True when `ip_packet` is long enough to carry an ICRC as its IP length says, and the
+/// ICRC does not match.
+fn icrc_bad(ip_packet: &[u8]) -> bool {
+    let len = match ip_packet.first().map(|b| b >> 4) {
+        Some(4) if ip_packet.len() >= 20 => usize::from(u16::from_be_bytes([ip_packet[2], ip_packet[3]])),
+        Some(6) if ip_packet.len() >= 40 => 40 + usize::from(u16::from_be_bytes([ip_packet[4], ip_packet[5]])),
+        _ => return false,
+    };
+    match ip_packet.get(..len) {
+        Some(p) if len >= 20 + 8 + 12 + 4 => {
+            matches!(icrc::verify(p), Err(ferroce_wire::Error::IcrcMismatch { .. }))
+        }
+        _ => false,
+    }
+}
+
 fn to_ip(gid: Ipv6Addr) -> IpAddr {
     match gid.to_ipv4_mapped() {
         Some(v4) => IpAddr::V4(v4),
@@ -370,7 +386,13 @@ impl Endpoint {
         let dg = match Datagram::parse(ip_packet) {
             Ok(d) => d,
             Err(e) => {
-                self.counters.rx_malformed += 1;
+                // A flipped bit in the IB headers shows up as a parse error; report it as
+                // the ICRC error it is when the trailer disagrees.
+                if icrc_bad(ip_packet) {
+                    self.counters.rx_icrc_err += 1;
+                } else {
+                    self.counters.rx_malformed += 1;
+                }
                 tracing::trace!(%e, "malformed datagram");
                 return;
             }

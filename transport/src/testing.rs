@@ -80,6 +80,8 @@ pub struct SimStats {
     pub duplicated: u64,
     /// Copies delivered with a flipped bit.
     pub corrupted: u64,
+    /// Copies given an extra reordering delay.
+    pub reordered: u64,
     pub tapped_out: u64,
     pub unroutable: u64,
 }
@@ -237,6 +239,7 @@ impl Sim {
             }
             let mut delay = f.delay_ns + self.rng.below(f.jitter_ns + 1);
             if self.rng.chance(f.reorder) {
+                self.stats.reordered += 1;
                 delay += self.rng.below(4 * f.delay_ns.max(1_000));
             }
             self.seq += 1;

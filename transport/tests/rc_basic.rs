@@ -74,7 +74,10 @@ fn rc_write_read_and_atomics() {
     assert_eq!(wcs[1].opcode, WcOpcode::RdmaRead);
     assert_eq!(wcs[1].byte_len, 5000);
     assert_eq!(sim.nodes[0].mr_bytes(back.lkey).unwrap(), &data[..]);
-    assert_eq!(&sim.nodes[1].mr_bytes(rb.lkey).unwrap()[100..5100], &data[..]);
+    assert_eq!(
+        &sim.nodes[1].mr_bytes(rb.lkey).unwrap()[100..5100],
+        &data[..]
+    );
     let r = sim.nodes[0].mr_bytes(res.lkey).unwrap();
     assert_eq!(u64::from_le_bytes(r[..8].try_into().unwrap()), 0);
     assert_eq!(u64::from_le_bytes(r[8..].try_into().unwrap()), 5);

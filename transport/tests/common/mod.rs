@@ -4,10 +4,15 @@
 use std::time::Duration;
 
 use ferroce_transport::testing::{drain_cq, Side, Sim};
-use ferroce_transport::{Access, MrInfo, RecvWr, SendFlags, SendWr, Sge, WcStatus, WorkCompletion, WrOpcode};
+use ferroce_transport::{
+    Access, MrInfo, RecvWr, SendFlags, SendWr, Sge, WcStatus, WorkCompletion, WrOpcode,
+};
 
 pub const ALL: Access = Access(
-    Access::LOCAL_WRITE.0 | Access::REMOTE_WRITE.0 | Access::REMOTE_READ.0 | Access::REMOTE_ATOMIC.0,
+    Access::LOCAL_WRITE.0
+        | Access::REMOTE_WRITE.0
+        | Access::REMOTE_READ.0
+        | Access::REMOTE_ATOMIC.0,
 );
 
 /// Deterministic bytes for message `tag`.
@@ -25,7 +30,9 @@ pub fn pattern(tag: u64, len: usize) -> Vec<u8> {
 
 /// Registers a region holding `bytes` on the side's node and PD.
 pub fn mr(sim: &mut Sim, s: Side, bytes: Vec<u8>) -> MrInfo {
-    sim.nodes[s.node].reg_mr_with(s.pd, bytes, None, ALL).expect("reg_mr")
+    sim.nodes[s.node]
+        .reg_mr_with(s.pd, bytes, None, ALL)
+        .expect("reg_mr")
 }
 
 pub fn sge(m: &MrInfo, off: u64, len: u32) -> Sge {
@@ -48,7 +55,13 @@ pub fn send_wr(id: u64, op: WrOpcode, sg: Vec<Sge>) -> SendWr {
 
 pub fn post_recv(sim: &mut Sim, s: Side, id: u64, sg: Vec<Sge>) {
     sim.nodes[s.node]
-        .post_recv(s.qpn, &RecvWr { wr_id: id, sg_list: sg })
+        .post_recv(
+            s.qpn,
+            &RecvWr {
+                wr_id: id,
+                sg_list: sg,
+            },
+        )
         .expect("post_recv");
 }
 
