@@ -6,6 +6,7 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod apps;
 pub mod capture;
 pub mod decode;
 pub mod driver;

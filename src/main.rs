@@ -17,9 +17,15 @@ fn main() -> ExitCode {
         .init();
     match cli::run(args) {
         Ok(code) => code,
+        Err(e) if is_broken_pipe(e.as_ref()) => ExitCode::SUCCESS, // e.g. `ferroce decode x | head`
         Err(e) => {
             eprintln!("ferroce: {e}");
             ExitCode::from(2)
         }
     }
+}
+
+fn is_broken_pipe(e: &(dyn std::error::Error + 'static)) -> bool {
+    e.downcast_ref::<std::io::Error>()
+        .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
 }

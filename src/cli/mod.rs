@@ -5,6 +5,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod decode;
+mod devices;
+mod pingpong;
 
 /// A user-space RoCE v2 stack.
 #[derive(Debug, Parser)]
@@ -18,6 +20,16 @@ pub struct Cli {
 pub enum Command {
     /// Decode the RoCE v2 packets of a pcap or pcapng capture, one line per packet.
     Decode(decode::DecodeArgs),
+    /// Like ibv_rc_pingpong: RC SEND ping-pong with the same flags and output.
+    RcPingpong(pingpong::PingPongArgs),
+    /// Like ibv_uc_pingpong: UC SEND ping-pong.
+    UcPingpong(pingpong::PingPongArgs),
+    /// Like ibv_ud_pingpong: UD SEND ping-pong.
+    UdPingpong(pingpong::PingPongArgs),
+    /// List RoCE devices (Ethernet interfaces with an address), like ibv_devices.
+    Devices,
+    /// Show device and port attributes, like ibv_devinfo.
+    Devinfo(devices::DevinfoArgs),
 }
 
 /// A user-facing error: printed as one line, exit code 2.
@@ -27,5 +39,10 @@ pub type CliError = Box<dyn std::error::Error>;
 pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {
         Command::Decode(a) => decode::run(a),
+        Command::RcPingpong(a) => pingpong::run(ferroce::verbs::QpType::Rc, a),
+        Command::UcPingpong(a) => pingpong::run(ferroce::verbs::QpType::Uc, a),
+        Command::UdPingpong(a) => pingpong::run(ferroce::verbs::QpType::Ud, a),
+        Command::Devices => devices::devices(),
+        Command::Devinfo(a) => devices::devinfo(a),
     }
 }

@@ -107,21 +107,29 @@ impl QueuePair {
         Ok(self.ctx.shared().endpoint().qp_state(self.qpn)?)
     }
 
-    /// RESET → INIT → RTR → RTS for an RC or UC QP, with the given path.
-    pub fn connect(&self, p: &RcPath) -> Result<(), Error> {
+    /// RESET → INIT: receives may be posted from here on. `qkey` is used by UD QPs only.
+    pub fn init(&self, access: Access, qkey: u32) -> Result<(), Error> {
         let mut a = self.query()?;
         a.qp_state = QpState::Init;
         a.pkey_index = 0;
         a.port_num = 1;
-        a.qp_access_flags = p.access;
-        self.modify(
-            &a,
-            QpAttrMask::STATE
-                | QpAttrMask::PKEY_INDEX
-                | QpAttrMask::PORT
-                | QpAttrMask::ACCESS_FLAGS,
-        )?;
+        let mut mask = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
+        if self.qp_type == QpType::Ud {
+            a.qkey = qkey;
+            mask |= QpAttrMask::QKEY;
+        } else {
+            a.qp_access_flags = access;
+            mask |= QpAttrMask::ACCESS_FLAGS;
+        }
+        self.modify(&a, mask)
+    }
 
+    /// (RESET →) INIT → RTR → RTS for an RC or UC QP, with the given path.
+    pub fn connect(&self, p: &RcPath) -> Result<(), Error> {
+        if self.state()? == QpState::Reset {
+            self.init(p.access, 0)?;
+        }
+        let mut a = self.query()?;
         a.qp_state = QpState::Rtr;
         a.path_mtu = p.mtu;
         a.dest_qp_num = p.dest_qpn;
@@ -159,17 +167,12 @@ impl QueuePair {
         self.modify(&a, mask)
     }
 
-    /// RESET → INIT → RTR → RTS for a UD QP with `qkey`.
+    /// (RESET →) INIT → RTR → RTS for a UD QP with `qkey`.
     pub fn ready_ud(&self, qkey: u32, sq_psn: u32) -> Result<(), Error> {
+        if self.state()? == QpState::Reset {
+            self.init(Access::empty(), qkey)?;
+        }
         let mut a = self.query()?;
-        a.qp_state = QpState::Init;
-        a.pkey_index = 0;
-        a.port_num = 1;
-        a.qkey = qkey;
-        self.modify(
-            &a,
-            QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
-        )?;
         a.qp_state = QpState::Rtr;
         self.modify(&a, QpAttrMask::STATE)?;
         a.qp_state = QpState::Rts;

@@ -1,0 +1,4 @@
+//! Applications built on the verbs API, shared by the CLI and the tests.
+
+pub mod oob;
+pub mod pingpong;

@@ -1,0 +1,106 @@
+//! `ferroce rc-pingpong | uc-pingpong | ud-pingpong`: rdma-core's ibv_*_pingpong, same
+//! flags and output, over ferroce.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use ferroce::apps::pingpong::{self, Options};
+use ferroce::verbs::{Context, Device, Mtu, QpType};
+
+use super::CliError;
+
+#[derive(Debug, Args)]
+pub struct PingPongArgs {
+    /// Server to connect to; without it, start a server and wait for a connection.
+    pub server: Option<String>,
+    /// Listen on / connect to TCP port PORT.
+    #[arg(short = 'p', long = "port", default_value_t = 18515)]
+    pub port: u16,
+    /// Use device DEV: a network interface name (default: the first device found).
+    #[arg(short = 'd', long = "ib-dev")]
+    pub ib_dev: Option<String>,
+    /// Port of the device (RoCE devices have one: 1).
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    pub ib_port: u8,
+    /// Size of message to exchange (default 4096; 2048 for UD).
+    #[arg(short = 's', long = "size")]
+    pub size: Option<usize>,
+    /// Path MTU (256, 512, 1024, 2048 or 4096).
+    #[arg(short = 'm', long = "mtu", default_value_t = 1024)]
+    pub mtu: u32,
+    /// Number of receives to post at a time.
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
+    pub rx_depth: usize,
+    /// Number of exchanges.
+    #[arg(short = 'n', long = "iters", default_value_t = 1000)]
+    pub iters: usize,
+    /// Service level (accepted for compatibility; RoCE v2 carries none).
+    #[arg(short = 'l', long = "sl", default_value_t = 0)]
+    pub sl: u8,
+    /// Sleep on CQ events (ferroce always blocks; accepted for compatibility).
+    #[arg(short = 'e', long = "events")]
+    pub events: bool,
+    /// Local port GID index (default: the interface's IPv4 address).
+    #[arg(short = 'g', long = "gid-idx")]
+    pub gid_idx: Option<usize>,
+    /// Validate the received buffer.
+    #[arg(short = 'c', long = "chk")]
+    pub chk: bool,
+    /// Record every RoCE packet sent and received to this pcap file.
+    #[arg(long)]
+    pub pcap: Option<PathBuf>,
+    /// Give up after this many seconds without a completion.
+    #[arg(long, default_value_t = 30)]
+    pub timeout: u64,
+}
+
+pub fn run(qp_type: QpType, a: PingPongArgs) -> Result<ExitCode, CliError> {
+    let mtu = Mtu::from_bytes(a.mtu)
+        .ok_or_else(|| format!("invalid MTU {}: use 256, 512, 1024, 2048 or 4096", a.mtu))?;
+    if a.ib_port != 1 {
+        return Err(format!(
+            "port {} does not exist: RoCE devices have port 1 only",
+            a.ib_port
+        )
+        .into());
+    }
+    if a.rx_depth < 2 {
+        return Err("rx-depth must be at least 2".into());
+    }
+    let dev = match &a.ib_dev {
+        Some(name) => Device::by_name(name)?,
+        None => Device::list()
+            .into_iter()
+            .next()
+            .ok_or("No IB devices found: no Ethernet interface with an address")?,
+    };
+    let ctx: Context = dev.open()?;
+    if let Some(p) = &a.pcap {
+        ctx.start_pcap(p)
+            .map_err(|e| format!("cannot write pcap '{}': {e}", p.display()))?;
+    }
+    let opts = Options {
+        qp_type,
+        server: a.server,
+        port: a.port,
+        size: a
+            .size
+            .unwrap_or(if qp_type == QpType::Ud { 2048 } else { 4096 }),
+        mtu,
+        rx_depth: a.rx_depth,
+        iters: a.iters,
+        gid_index: a.gid_idx,
+        validate: a.chk,
+        timeout: Duration::from_secs(a.timeout),
+    };
+    let mut out = std::io::stdout();
+    match pingpong::run(&ctx, &opts, &mut out) {
+        Ok(_) => Ok(ExitCode::SUCCESS),
+        Err(e) => {
+            eprintln!("ferroce: {e}");
+            Ok(ExitCode::from(1))
+        }
+    }
+}
