@@ -87,13 +87,20 @@ pub struct Endpoint {
 /// ICRC does not match.
 fn icrc_bad(ip_packet: &[u8]) -> bool {
     let len = match ip_packet.first().map(|b| b >> 4) {
-        Some(4) if ip_packet.len() >= 20 => usize::from(u16::from_be_bytes([ip_packet[2], ip_packet[3]])),
-        Some(6) if ip_packet.len() >= 40 => 40 + usize::from(u16::from_be_bytes([ip_packet[4], ip_packet[5]])),
+        Some(4) if ip_packet.len() >= 20 => {
+            usize::from(u16::from_be_bytes([ip_packet[2], ip_packet[3]]))
+        }
+        Some(6) if ip_packet.len() >= 40 => {
+            40 + usize::from(u16::from_be_bytes([ip_packet[4], ip_packet[5]]))
+        }
         _ => return false,
     };
     match ip_packet.get(..len) {
         Some(p) if len >= 20 + 8 + 12 + 4 => {
-            matches!(icrc::verify(p), Err(ferroce_wire::Error::IcrcMismatch { .. }))
+            matches!(
+                icrc::verify(p),
+                Err(ferroce_wire::Error::IcrcMismatch { .. })
+            )
         }
         _ => false,
     }

@@ -475,3 +475,40 @@ pub fn parse(pkt: &[u8]) -> Option<ferroce_wire::IbRepr<'_>> {
 pub fn refill_icrc(pkt: &mut [u8]) {
     let _ = ferroce_wire::icrc::fill(pkt);
 }
+
+/// Builds a valid datagram (with ICRC) from `src` to `dst`, for hostile-input tests.
+pub fn forge(
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    bth: ferroce_wire::BthRepr,
+    ext: ferroce_wire::ExtRepr,
+    payload: &[u8],
+) -> Vec<u8> {
+    let ip = match (src.to_ipv4_mapped(), dst.to_ipv4_mapped()) {
+        (Some(s), Some(d)) => ferroce_wire::IpRepr::V4 {
+            src: s,
+            dst: d,
+            dscp: 0,
+            ecn: 0,
+            ttl: 64,
+            identification: 0,
+            dont_fragment: true,
+        },
+        _ => ferroce_wire::IpRepr::V6 {
+            src,
+            dst,
+            traffic_class: 0,
+            flow_label: 0,
+            hop_limit: 64,
+        },
+    };
+    let d = ferroce_wire::DatagramRepr {
+        ip,
+        src_port: 0xc000,
+        ib: ferroce_wire::IbRepr { bth, ext, payload },
+    };
+    let mut out = vec![0; d.buffer_len()];
+    let n = d.emit(&mut out).expect("forge");
+    out.truncate(n);
+    out
+}
