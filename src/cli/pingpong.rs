@@ -51,6 +51,9 @@ pub struct PingPongArgs {
     /// Record every RoCE packet sent and received to this pcap file.
     #[arg(long)]
     pub pcap: Option<PathBuf>,
+    /// Print the device counters (rxe hw_counters names) to stderr at the end.
+    #[arg(long)]
+    pub stats: bool,
     /// Give up after this many seconds without a completion.
     #[arg(long, default_value_t = 30)]
     pub timeout: u64,
@@ -96,7 +99,17 @@ pub fn run(qp_type: QpType, a: PingPongArgs) -> Result<ExitCode, CliError> {
         timeout: Duration::from_secs(a.timeout),
     };
     let mut out = std::io::stdout();
-    match pingpong::run(&ctx, &opts, &mut out) {
+    let result = pingpong::run(&ctx, &opts, &mut out);
+    if a.stats {
+        let c: Vec<String> = ctx
+            .counters()
+            .into_iter()
+            .filter(|(_, v)| *v != 0)
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        eprintln!("counters: {}", c.join(" "));
+    }
+    match result {
         Ok(_) => Ok(ExitCode::SUCCESS),
         Err(e) => {
             eprintln!("ferroce: {e}");

@@ -1,0 +1,92 @@
+#!/bin/bash
+# Interop of ferroce with Linux rxe through rdma-core's unmodified ibv_*_pingpong, in both
+# roles. Runs where rdma_rxe is available: inside the rxe VM (tests/interop/run.sh) or on a
+# host whose kernel has it. Topology (rxe-vm's setup_peer_ns): ferroce in netns "peer" on
+# vethP 10.77.0.1, rxe0 on vethR 10.77.0.2 in the initial namespace; veth MTU 9000 so both
+# RoCE MTU 1024 and 4096 can be used (-m).
+#   rxe_pingpong.sh FERROCE_BINARY [quick]
+# Prints one PASS/FAIL line per case and "interop: N passed, M failed"; exit 0 iff all pass.
+. "$RXEVM_HOME/guest/lib.sh"
+F=${1:?usage: rxe_pingpong.sh FERROCE_BINARY [quick]}
+MODE=${2:-full}
+OUT=${OUT:-/tmp/ferroce-interop}
+mkdir -p "$OUT/logs" "$OUT/pcaps"
+G=$(setup_peer_ns 9000) || { echo "setup_peer_ns failed"; exit 1; }
+echo "rxe0 GID index $G; ferroce: $("$F" --version)"
+pass=0 fail=0
+
+# run_case NAME TYPE ROLE FLAGS...   ROLE: fs (ferroce server, rxe client) | rs (rxe server, ferroce client)
+run_case() {
+  local name=$1 t=$2 role=$3; shift 3
+  local flags="$*" log="$OUT/logs/$name" ok=1
+  if [ "$role" = fs ]; then
+    ip netns exec peer timeout 120 "$F" "$t-pingpong" -d vethP -g 1 $flags --stats --pcap "$OUT/pcaps/$name.pcap" >"$log.ferroce" 2>&1 &
+    local sp=$!
+    wait_port 18515 peer || ok=0
+    timeout 120 "ibv_${t}_pingpong" -d rxe0 -g "$G" $flags 10.77.0.1 >"$log.rxe" 2>&1 || ok=0
+    wait $sp || ok=0
+  else
+    timeout 120 "ibv_${t}_pingpong" -d rxe0 -g "$G" $flags >"$log.rxe" 2>&1 &
+    local sp=$!
+    wait_port 18515 || ok=0
+    ip netns exec peer timeout 120 "$F" "$t-pingpong" -d vethP -g 1 $flags --stats --pcap "$OUT/pcaps/$name.pcap" 10.77.0.2 >"$log.ferroce" 2>&1 || ok=0
+    wait $sp || ok=0
+  fi
+  grep -q "iters in" "$log.rxe" && grep -q "iters in" "$log.ferroce" || ok=0
+  # Every packet ferroce saw or sent must decode with a valid ICRC.
+  if [ -s "$OUT/pcaps/$name.pcap" ]; then
+    "$F" decode "$OUT/pcaps/$name.pcap" >"$log.decode" 2>&1 || ok=0
+    grep -q "(0 with a bad ICRC), 0 corrupt" "$log.decode" || ok=0
+  fi
+  if [ $ok = 1 ]; then
+    pass=$((pass + 1)); echo "PASS $name: $(grep 'usec/iter' "$log.ferroce")"
+  else
+    fail=$((fail + 1)); echo "FAIL $name"; sed 's/^/    rxe: /' "$log.rxe" | tail -5; sed 's/^/    ferroce: /' "$log.ferroce" | tail -5
+  fi
+}
+
+iters=20
+sizes="1 1024 4096 65536"
+mtus="1024 4096"
+[ "$MODE" = quick ] && { sizes="4096"; mtus="1024"; iters=5; }
+for role in fs rs; do
+  for mtu in $mtus; do
+    for size in $sizes; do
+      run_case "rc-$role-m$mtu-s$size" rc $role -n $iters -s $size -m $mtu -c
+      run_case "uc-$role-m$mtu-s$size" uc $role -n $iters -s $size -m $mtu -c
+    done
+  done
+  # UD: one message per MTU-sized datagram (the port MTU is 4096 here).
+  for size in $sizes; do
+    [ "$size" -le 4096 ] || continue
+    run_case "ud-$role-s$size" ud $role -n $iters -s $size -c
+  done
+done
+
+# RC under 1% loss in both directions. Towards rxe: drop at vethR's ingress (rxe reads from
+# the UDP stack, after tc). Towards ferroce: its raw socket sees frames before tc ingress,
+# so the loss is netem on vethR's egress, which reports success to rxe (a true wire loss).
+tc qdisc add dev vethR ingress
+tc filter add dev vethR ingress protocol ip u32 match ip protocol 17 0xff match ip dport 4791 0xffff \
+  action gact ok random netrand drop 100
+tc qdisc add dev vethR root netem loss 1%
+before=$(rdma statistic show link rxe0/1)
+loss_iters=200; [ "$MODE" = quick ] && loss_iters=50
+for role in fs rs; do
+  run_case "rc-loss-$role" rc $role -n $loss_iters -s 4096 -m 1024 -c
+done
+echo "tc ingress (to rxe): $(tc -s filter show dev vethR ingress | grep -oE 'Sent [0-9]+ bytes [0-9]+ pkt.*dropped [0-9]+' | head -1)"
+echo "tc netem (to ferroce): $(tc -s qdisc show dev vethR root | grep -oE 'dropped [0-9]+' | head -1)"
+echo "rxe0 before: $before"
+echo "rxe0 after:  $(rdma statistic show link rxe0/1)"
+grep -h '^counters:' "$OUT"/logs/rc-loss-*.ferroce
+# The loss must have been real: ferroce and rxe both recovered lost packets.
+if grep -h '^counters:' "$OUT"/logs/rc-loss-*.ferroce | grep -qE 'duplicate_request=|out_of_seq_request=|rcvd_seq_err=|completer_retry_err='; then
+  pass=$((pass + 1)); echo "PASS loss-recovery-seen-by-ferroce"
+else
+  fail=$((fail + 1)); echo "FAIL loss-recovery-seen-by-ferroce: no retransmission counted"
+fi
+tc qdisc del dev vethR root; tc qdisc del dev vethR ingress
+
+echo "interop: $pass passed, $fail failed"
+[ $fail = 0 ]
