@@ -80,11 +80,14 @@ pub struct SimStats {
     pub duplicated: u64,
     /// Copies delivered with a flipped bit.
     pub corrupted: u64,
-    /// Copies given an extra reordering delay.
+    /// Copies that overtook an earlier packet of the same direction (reorder or jitter).
     pub reordered: u64,
     pub tapped_out: u64,
     pub unroutable: u64,
 }
+
+/// A datagram on the wire: (delivery time, sequence, destination node, bytes).
+type InFlight = (u64, u64, usize, Vec<u8>);
 
 /// A tap: `(from, to, datagram) -> keep`.
 pub type Tap = Box<dyn FnMut(usize, usize, &mut Vec<u8>) -> bool>;
@@ -96,8 +99,10 @@ pub struct Sim {
     pub stats: SimStats,
     pub seed: u64,
     faults: Vec<Vec<Faults>>,
+    /// Latest delivery time scheduled per direction, to count reordering.
+    last_delivery: Vec<Vec<u64>>,
     rng: Rng,
-    queue: BinaryHeap<Reverse<(u64, u64, usize, Vec<u8>)>>,
+    queue: BinaryHeap<Reverse<InFlight>>,
     seq: u64,
     tap: Option<Tap>,
     buf: Vec<u8>,
@@ -140,6 +145,7 @@ impl Sim {
             stats: SimStats::default(),
             seed,
             faults: vec![vec![Faults::default(); n]; n],
+            last_delivery: vec![vec![0; n]; n],
             rng: Rng::new(seed),
             queue: BinaryHeap::new(),
             seq: 0,
@@ -239,12 +245,17 @@ impl Sim {
             }
             let mut delay = f.delay_ns + self.rng.below(f.jitter_ns + 1);
             if self.rng.chance(f.reorder) {
-                self.stats.reordered += 1;
                 delay += self.rng.below(4 * f.delay_ns.max(1_000));
             }
+            let at = self.now.as_nanos() + delay;
+            let last = &mut self.last_delivery[from][to];
+            if at < *last {
+                self.stats.reordered += 1;
+            } else {
+                *last = at;
+            }
             self.seq += 1;
-            self.queue
-                .push(Reverse((self.now.as_nanos() + delay, self.seq, to, p)));
+            self.queue.push(Reverse((at, self.seq, to, p)));
         }
     }
 

@@ -10,7 +10,11 @@ fn garbage_and_truncated_datagrams_never_panic() {
     let mut rng = Rng::new(7);
     let bth = BthRepr::new(Opcode::RC_RDMA_WRITE_ONLY, b.qpn, Psn::new(0x100));
     let ext = ExtRepr {
-        reth: Some(RethRepr { va: u64::MAX - 3, rkey: 0x1234, dma_len: 16 }),
+        reth: Some(RethRepr {
+            va: u64::MAX - 3,
+            rkey: 0x1234,
+            dma_len: 16,
+        }),
         ..Default::default()
     };
     let good = forge(sim.gid(0), sim.gid(1), bth, ext, &[1; 16]);
@@ -40,24 +44,41 @@ fn wrong_qp_pkey_source_and_state_are_counted() {
     let (a, b) = connect(&mut sim, 0, 1, &QpOpts::default());
     let send = |dst_qp: u32| BthRepr::new(Opcode::RC_SEND_ONLY, dst_qp, Psn::new(0x100));
     let (g0, g1, g2) = (sim.gid(0), sim.gid(1), sim.gid(2));
-    sim.nodes[1].handle_packet(sim.now, &forge(g0, g1, send(0x9999), ExtRepr::default(), &[]));
+    sim.nodes[1].handle_packet(
+        sim.now,
+        &forge(g0, g1, send(0x9999), ExtRepr::default(), &[]),
+    );
     assert_eq!(sim.nodes[1].counters().rx_unknown_qp, 1);
-    let bad_pkey = BthRepr { pkey: 0x1234, ..send(b.qpn) };
+    let bad_pkey = BthRepr {
+        pkey: 0x1234,
+        ..send(b.qpn)
+    };
     sim.nodes[1].handle_packet(sim.now, &forge(g0, g1, bad_pkey, ExtRepr::default(), &[]));
     assert_eq!(sim.nodes[1].counters().rx_bad_pkey, 1);
     // The right QP, from a third host: RC only talks to its peer.
-    sim.nodes[1].handle_packet(sim.now, &forge(g2, g1, send(b.qpn), ExtRepr::default(), &[]));
+    sim.nodes[1].handle_packet(
+        sim.now,
+        &forge(g2, g1, send(b.qpn), ExtRepr::default(), &[]),
+    );
     assert_eq!(sim.nodes[1].counters().rx_bad_src, 1);
     // To an address that is not ours.
-    sim.nodes[1].handle_packet(sim.now, &forge(g0, node_gid(9), send(b.qpn), ExtRepr::default(), &[]));
+    sim.nodes[1].handle_packet(
+        sim.now,
+        &forge(g0, node_gid(9), send(b.qpn), ExtRepr::default(), &[]),
+    );
     assert_eq!(sim.nodes[1].counters().rx_unknown_gid, 1);
     // A UD opcode to an RC QP.
     let ud = BthRepr::new(Opcode::UD_SEND_ONLY, b.qpn, Psn::new(0));
-    let ext = ExtRepr { deth: Some(DethRepr { qkey: 1, src_qp: 5 }), ..Default::default() };
+    let ext = ExtRepr {
+        deth: Some(DethRepr { qkey: 1, src_qp: 5 }),
+        ..Default::default()
+    };
     sim.nodes[1].handle_packet(sim.now, &forge(g0, g1, ud, ext, &[]));
     assert_eq!(sim.nodes[1].counters().rx_bad_opcode, 1);
     // Nothing reached the QP, so nothing was answered.
     assert_eq!(sim.nodes[1].counters().rcvd_pkts, 0);
-    assert!(sim.nodes[1].poll_transmit(sim.now, &mut vec![0; 5000]).is_none());
+    assert!(sim.nodes[1]
+        .poll_transmit(sim.now, &mut vec![0; 5000])
+        .is_none());
     let _ = a;
 }

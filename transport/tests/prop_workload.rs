@@ -228,7 +228,6 @@ fn run(c: &Case) -> Result<(), TestCaseError> {
                     )
                 } else {
                     let hit = op.arg % 2 == 0;
-                    let cmp = if hit { cur } else { cur ^ 1 };
                     (
                         WrOpcode::AtomicCmpSwp,
                         WcOpcode::CompSwap,

@@ -22,10 +22,16 @@ fn transitions_follow_the_table() {
     let q = s.qpn;
     assert_eq!(q, 0x11, "QP numbers start at 0x11 like rxe");
     // RESET -> RTR skips INIT.
-    let rtr = QpAttr { qp_state: QpState::Rtr, ..QpAttr::default() };
+    let rtr = QpAttr {
+        qp_state: QpState::Rtr,
+        ..QpAttr::default()
+    };
     assert_eq!(
         ep.modify_qp(q, &rtr, M::STATE),
-        Err(Error::InvalidTransition { from: QpState::Reset, to: QpState::Rtr })
+        Err(Error::InvalidTransition {
+            from: QpState::Reset,
+            to: QpState::Rtr
+        })
     );
     // RESET -> INIT needs PKEY_INDEX, PORT and ACCESS_FLAGS on RC.
     assert_eq!(
@@ -34,18 +40,37 @@ fn transitions_follow_the_table() {
     );
     // QKEY is a UD attribute.
     assert_eq!(
-        ep.modify_qp(q, &init_attr(), M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS | M::QKEY),
+        ep.modify_qp(
+            q,
+            &init_attr(),
+            M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS | M::QKEY
+        ),
         Err(Error::UnexpectedAttr(M::QKEY))
     );
-    let bad_port = QpAttr { port_num: 2, ..init_attr() };
+    let bad_port = QpAttr {
+        port_num: 2,
+        ..init_attr()
+    };
     assert_eq!(
-        ep.modify_qp(q, &bad_port, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS),
+        ep.modify_qp(
+            q,
+            &bad_port,
+            M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS
+        ),
         Err(Error::InvalidAttr("port_num"))
     );
-    ep.modify_qp(q, &init_attr(), M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS).unwrap();
+    ep.modify_qp(
+        q,
+        &init_attr(),
+        M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
+    )
+    .unwrap();
     assert_eq!(ep.qp_state(q).unwrap(), QpState::Init);
     // Posting a send before RTS is refused; a receive is fine.
-    assert_eq!(ep.post_send(q, &SendWr::default()), Err(Error::InvalidState(QpState::Init)));
+    assert_eq!(
+        ep.post_send(q, &SendWr::default()),
+        Err(Error::InvalidState(QpState::Init))
+    );
     ep.post_recv(q, &RecvWr::default()).unwrap();
     // INIT -> RTR on RC needs the AV, MTU, QPN, PSN and responder resources.
     let rtr = QpAttr {
@@ -57,13 +82,25 @@ fn transitions_follow_the_table() {
     };
     let ep = &mut sim.nodes[0];
     let need = M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC;
-    assert_eq!(ep.modify_qp(q, &rtr, M::STATE | need), Err(Error::MissingAttr(M::MIN_RNR_TIMER)));
-    let bad = QpAttr { max_dest_rd_atomic: 200, ..rtr };
+    assert_eq!(
+        ep.modify_qp(q, &rtr, M::STATE | need),
+        Err(Error::MissingAttr(M::MIN_RNR_TIMER))
+    );
+    let bad = QpAttr {
+        max_dest_rd_atomic: 200,
+        ..rtr
+    };
     assert_eq!(
         ep.modify_qp(q, &bad, M::STATE | need | M::MIN_RNR_TIMER),
         Err(Error::InvalidAttr("max_dest_rd_atomic"))
     );
-    let bad = QpAttr { av: AddressVector { sgid_index: 3, ..rtr.av }, ..rtr };
+    let bad = QpAttr {
+        av: AddressVector {
+            sgid_index: 3,
+            ..rtr.av
+        },
+        ..rtr
+    };
     assert_eq!(
         ep.modify_qp(q, &bad, M::STATE | need | M::MIN_RNR_TIMER),
         Err(Error::InvalidAttr("sgid_index"))
@@ -72,7 +109,8 @@ fn transitions_follow_the_table() {
         ep.modify_qp(q, &rtr, M::STATE | need | M::MIN_RNR_TIMER | M::ALT_PATH),
         Err(Error::Unsupported("automatic path migration"))
     );
-    ep.modify_qp(q, &rtr, M::STATE | need | M::MIN_RNR_TIMER).unwrap();
+    ep.modify_qp(q, &rtr, M::STATE | need | M::MIN_RNR_TIMER)
+        .unwrap();
     // CUR_STATE must match.
     let rts = QpAttr {
         qp_state: QpState::Rts,
@@ -83,24 +121,75 @@ fn transitions_follow_the_table() {
     let need = M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
     assert_eq!(
         ep.modify_qp(q, &rts, M::STATE | M::CUR_STATE | need),
-        Err(Error::StateMismatch { expected: QpState::Init, actual: QpState::Rtr })
+        Err(Error::StateMismatch {
+            expected: QpState::Init,
+            actual: QpState::Rtr
+        })
     );
-    assert_eq!(ep.modify_qp(q, &rts, M::STATE | need), Err(Error::InvalidAttr("retry_cnt")));
-    let rts = QpAttr { retry_cnt: 7, sq_psn: 0x1ff_ffff, ..rts };
+    assert_eq!(
+        ep.modify_qp(q, &rts, M::STATE | need),
+        Err(Error::InvalidAttr("retry_cnt"))
+    );
+    let rts = QpAttr {
+        retry_cnt: 7,
+        sq_psn: 0x1ff_ffff,
+        ..rts
+    };
     ep.modify_qp(q, &rts, M::STATE | need).unwrap();
     let (attr, init) = ep.query_qp(q).unwrap();
     assert_eq!(attr.qp_state, QpState::Rts);
     assert_eq!(attr.sq_psn, 0xff_ffff, "PSNs keep 24 bits");
     assert_eq!(init.qp_type, QpType::Rc);
     // RTS -> SQD -> RTS, RTS -> RTR is not allowed, any -> ERR and ERR -> RESET are.
-    ep.modify_qp(q, &QpAttr { qp_state: QpState::Sqd, ..QpAttr::default() }, M::STATE).unwrap();
-    ep.modify_qp(q, &QpAttr { qp_state: QpState::Rts, ..QpAttr::default() }, M::STATE).unwrap();
-    assert!(ep.modify_qp(q, &QpAttr { qp_state: QpState::Rtr, ..QpAttr::default() }, M::STATE).is_err());
-    ep.modify_qp(q, &QpAttr { qp_state: QpState::Err, ..QpAttr::default() }, M::STATE).unwrap();
+    ep.modify_qp(
+        q,
+        &QpAttr {
+            qp_state: QpState::Sqd,
+            ..QpAttr::default()
+        },
+        M::STATE,
+    )
+    .unwrap();
+    ep.modify_qp(
+        q,
+        &QpAttr {
+            qp_state: QpState::Rts,
+            ..QpAttr::default()
+        },
+        M::STATE,
+    )
+    .unwrap();
+    assert!(ep
+        .modify_qp(
+            q,
+            &QpAttr {
+                qp_state: QpState::Rtr,
+                ..QpAttr::default()
+            },
+            M::STATE
+        )
+        .is_err());
+    ep.modify_qp(
+        q,
+        &QpAttr {
+            qp_state: QpState::Err,
+            ..QpAttr::default()
+        },
+        M::STATE,
+    )
+    .unwrap();
     let mut wcs = Vec::new();
     ep.poll_cq(s.cq, &mut wcs, 10);
     assert_eq!(wcs.len(), 1, "the posted receive is flushed");
-    ep.modify_qp(q, &QpAttr { qp_state: QpState::Reset, ..QpAttr::default() }, M::STATE).unwrap();
+    ep.modify_qp(
+        q,
+        &QpAttr {
+            qp_state: QpState::Reset,
+            ..QpAttr::default()
+        },
+        M::STATE,
+    )
+    .unwrap();
     assert_eq!(ep.qp_state(q).unwrap(), QpState::Reset);
     assert!(ep.post_recv(q, &RecvWr::default()).is_err());
 }
@@ -116,21 +205,66 @@ fn verbs_argument_checks() {
         port_mtu: Mtu::Mtu1024,
     });
     let pd = ep.alloc_pd();
-    assert_eq!(ep.reg_mr(pd, 8, Access::REMOTE_WRITE), Err(Error::InvalidAccess));
+    assert_eq!(
+        ep.reg_mr(pd, 8, Access::REMOTE_WRITE),
+        Err(Error::InvalidAccess)
+    );
     let cq = ep.create_cq(16).unwrap();
     assert_eq!(ep.create_cq(0), Err(Error::InvalidCq));
-    let cap = QpCap { max_send_wr: 2, max_send_sge: 1, ..QpCap::default() };
-    let init = QpInitAttr { qp_type: QpType::Ud, send_cq: cq, recv_cq: cq, cap, sq_sig_all: true };
+    let cap = QpCap {
+        max_send_wr: 2,
+        max_send_sge: 1,
+        ..QpCap::default()
+    };
+    let init = QpInitAttr {
+        qp_type: QpType::Ud,
+        send_cq: cq,
+        recv_cq: cq,
+        cap,
+        sq_sig_all: true,
+    };
     let q = ep.create_qp(pd, init).unwrap();
-    assert_eq!(ep.query_qp(q).unwrap().0.path_mtu, Mtu::Mtu1024, "UD uses the port MTU");
+    assert_eq!(
+        ep.query_qp(q).unwrap().0.path_mtu,
+        Mtu::Mtu1024,
+        "UD uses the port MTU"
+    );
     assert_eq!(ep.dealloc_pd(pd), Err(Error::PdInUse));
     assert_eq!(ep.destroy_cq(cq), Err(Error::CqInUse));
     let m = M::STATE | M::PKEY_INDEX | M::PORT | M::QKEY;
-    ep.modify_qp(q, &QpAttr { qp_state: QpState::Init, ..QpAttr::default() }, m).unwrap();
-    ep.modify_qp(q, &QpAttr { qp_state: QpState::Rtr, ..QpAttr::default() }, M::STATE).unwrap();
-    ep.modify_qp(q, &QpAttr { qp_state: QpState::Rts, ..QpAttr::default() }, M::STATE | M::SQ_PSN).unwrap();
+    ep.modify_qp(
+        q,
+        &QpAttr {
+            qp_state: QpState::Init,
+            ..QpAttr::default()
+        },
+        m,
+    )
+    .unwrap();
+    ep.modify_qp(
+        q,
+        &QpAttr {
+            qp_state: QpState::Rtr,
+            ..QpAttr::default()
+        },
+        M::STATE,
+    )
+    .unwrap();
+    ep.modify_qp(
+        q,
+        &QpAttr {
+            qp_state: QpState::Rts,
+            ..QpAttr::default()
+        },
+        M::STATE | M::SQ_PSN,
+    )
+    .unwrap();
     let mr = ep.reg_mr(pd, 64, Access::LOCAL_WRITE).unwrap();
-    let sge = Sge { addr: mr.addr, length: 8, lkey: mr.lkey };
+    let sge = Sge {
+        addr: mr.addr,
+        length: 8,
+        lkey: mr.lkey,
+    };
     let wr = SendWr {
         opcode: WrOpcode::Send,
         sg_list: vec![sge, sge],
@@ -138,7 +272,10 @@ fn verbs_argument_checks() {
         ..Default::default()
     };
     assert_eq!(ep.post_send(q, &wr), Err(Error::TooManySge));
-    let one = SendWr { sg_list: vec![sge], ..wr };
+    let one = SendWr {
+        sg_list: vec![sge],
+        ..wr
+    };
     ep.post_send(q, &one).unwrap();
     ep.post_send(q, &one).unwrap();
     assert_eq!(ep.post_send(q, &one), Err(Error::QueueFull));

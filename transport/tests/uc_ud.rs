@@ -7,10 +7,18 @@ use std::rc::Rc;
 
 use common::*;
 use ferroce_transport::testing::{bring_up, connect, create, drain_cq, opcode_psn, QpOpts, Sim};
-use ferroce_transport::{Error, Mtu, QpType, SendWr, UdDest, WcFlags, WcOpcode, WcStatus, WrOpcode};
+use ferroce_transport::{
+    Error, Mtu, QpType, SendWr, UdDest, WcFlags, WcOpcode, WcStatus, WrOpcode,
+};
 use ferroce_wire::Opcode;
 
-fn ud_pair(sim: &mut Sim) -> (ferroce_transport::testing::Side, ferroce_transport::testing::Side, QpOpts) {
+fn ud_pair(
+    sim: &mut Sim,
+) -> (
+    ferroce_transport::testing::Side,
+    ferroce_transport::testing::Side,
+    QpOpts,
+) {
     let o = QpOpts {
         qp_type: QpType::Ud,
         ..Default::default()
@@ -78,7 +86,10 @@ fn ud_qkey_mismatch_is_dropped_and_counted() {
     wr.ud = Some(UdDest::new(sim.gid(1), b.qpn, o.qkey));
     sim.nodes[0].post_send(a.qpn, &wr).unwrap();
     let wb = wait_wcs(&mut sim, b, 1);
-    assert_eq!((wb[0].wr_id, wb[0].status, wb[0].byte_len), (1, WcStatus::Success, 50));
+    assert_eq!(
+        (wb[0].wr_id, wb[0].status, wb[0].byte_len),
+        (1, WcStatus::Success, 50)
+    );
 }
 
 #[test]
@@ -88,13 +99,27 @@ fn ud_rejects_messages_over_one_mtu_and_rc_opcodes() {
     let src = mr(&mut sim, a, vec![0; 5000]);
     let mut wr = send_wr(1, WrOpcode::Send, vec![sge(&src, 0, 4097)]);
     wr.ud = Some(UdDest::new(sim.gid(1), b.qpn, 0));
-    assert_eq!(sim.nodes[0].post_send(a.qpn, &wr), Err(Error::MessageTooLarge));
+    assert_eq!(
+        sim.nodes[0].post_send(a.qpn, &wr),
+        Err(Error::MessageTooLarge)
+    );
     let mut w = wr.clone();
     w.opcode = WrOpcode::RdmaWrite;
     w.sg_list[0].length = 8;
-    assert!(matches!(sim.nodes[0].post_send(a.qpn, &w), Err(Error::InvalidWr(_))));
+    assert!(matches!(
+        sim.nodes[0].post_send(a.qpn, &w),
+        Err(Error::InvalidWr(_))
+    ));
     let no_dest = SendWr { ud: None, ..w };
-    assert!(sim.nodes[0].post_send(a.qpn, &SendWr { opcode: WrOpcode::Send, ..no_dest }).is_err());
+    assert!(sim.nodes[0]
+        .post_send(
+            a.qpn,
+            &SendWr {
+                opcode: WrOpcode::Send,
+                ..no_dest
+            }
+        )
+        .is_err());
 }
 
 #[test]
@@ -121,17 +146,32 @@ fn uc_message_with_lost_middle_is_dropped_whole_and_next_delivered() {
     let s2 = mr(&mut sim, a, second.clone());
     let dst = mr(&mut sim, b, vec![0; 1024]);
     post_recv(&mut sim, b, 10, vec![sge(&dst, 0, 1024)]);
-    sim.nodes[0].post_send(a.qpn, &send_wr(1, WrOpcode::Send, vec![sge(&s1, 0, 1000)])).unwrap();
-    sim.nodes[0].post_send(a.qpn, &send_wr(2, WrOpcode::Send, vec![sge(&s2, 0, 700)])).unwrap();
+    sim.nodes[0]
+        .post_send(a.qpn, &send_wr(1, WrOpcode::Send, vec![sge(&s1, 0, 1000)]))
+        .unwrap();
+    sim.nodes[0]
+        .post_send(a.qpn, &send_wr(2, WrOpcode::Send, vec![sge(&s2, 0, 700)]))
+        .unwrap();
     let wa = wait_wcs(&mut sim, a, 2);
     assert_ok(&wa);
     let wb = wait_wcs(&mut sim, b, 1);
     sim.run_idle(std::time::Duration::from_millis(1));
     assert_eq!(wb.len(), 1);
-    assert_eq!((wb[0].wr_id, wb[0].byte_len), (10, 700), "the WQE is reused by message 2");
-    assert_eq!(&sim.nodes[1].mr_bytes(dst.lkey).unwrap()[..700], &second[..]);
+    assert_eq!(
+        (wb[0].wr_id, wb[0].byte_len),
+        (10, 700),
+        "the WQE is reused by message 2"
+    );
+    assert_eq!(
+        &sim.nodes[1].mr_bytes(dst.lkey).unwrap()[..700],
+        &second[..]
+    );
     assert!(sim.nodes[1].counters().rx_uc_dropped >= 1);
-    assert_eq!(sim.nodes[0].counters().retransmitted_pkts, 0, "UC never retransmits");
+    assert_eq!(
+        sim.nodes[0].counters().retransmitted_pkts,
+        0,
+        "UC never retransmits"
+    );
 }
 
 #[test]
@@ -153,7 +193,14 @@ fn uc_write_with_imm_and_no_acks() {
     sim.nodes[0].post_send(a.qpn, &w).unwrap();
     assert_ok(&wait_wcs(&mut sim, a, 1));
     let wb = wait_wcs(&mut sim, b, 1);
-    assert_eq!((wb[0].opcode, wb[0].byte_len, wb[0].imm_data), (WcOpcode::RecvRdmaWithImm, 3000, 99));
+    assert_eq!(
+        (wb[0].opcode, wb[0].byte_len, wb[0].imm_data),
+        (WcOpcode::RecvRdmaWithImm, 3000, 99)
+    );
     assert_eq!(sim.nodes[1].mr_bytes(dst.lkey).unwrap(), &data[..]);
-    assert_eq!(sim.nodes[1].counters().sent_pkts, 0, "UC responders send nothing");
+    assert_eq!(
+        sim.nodes[1].counters().sent_pkts,
+        0,
+        "UC responders send nothing"
+    );
 }
