@@ -29,7 +29,8 @@ pub enum Error {
     BadVersion(u8),
     /// The BTH opcode is not one this stack knows (RC, UC, UD or CNP).
     UnknownOpcode(u8),
-    /// The BTH pad count is larger than the bytes after the headers.
+    /// The BTH pad count is larger than the bytes after the headers, or payload and pad do
+    /// not fill whole 4-byte words.
     BadPad,
     /// The opcode carries no payload but bytes follow its headers.
     UnexpectedPayload,
@@ -74,7 +75,7 @@ impl fmt::Display for Error {
             Error::NotRoce(p) => write!(f, "not RoCE v2 (UDP port {p})"),
             Error::BadVersion(v) => write!(f, "BTH transport version {v} is not 0"),
             Error::UnknownOpcode(o) => write!(f, "unknown BTH opcode {o:#04x}"),
-            Error::BadPad => write!(f, "BTH pad count exceeds the payload"),
+            Error::BadPad => write!(f, "BTH pad count does not fit the payload"),
             Error::UnexpectedPayload => write!(f, "payload on an opcode that carries none"),
             Error::BadSyndrome(s) => write!(f, "reserved AETH syndrome {s:#04x}"),
             Error::IcrcMismatch { computed, found } => {

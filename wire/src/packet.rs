@@ -50,7 +50,9 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(Error::Truncated(Layer::Icrc));
         }
         let body = b.len() - hdr - ICRC_LEN;
-        if usize::from(bth.pad_count()) > body {
+        // InfiniBand packets are whole 4-byte words, and so is every header: payload plus
+        // pad must be too, which makes the pad count the one `Repr::emit` derives.
+        if usize::from(bth.pad_count()) > body || body % 4 != 0 {
             return Err(Error::BadPad);
         }
         if !op.has_payload() && body != 0 {
@@ -298,5 +300,40 @@ impl<'a> Repr<'a> {
         buf[hl..end].copy_from_slice(self.payload);
         buf[end..total].fill(0);
         Ok(total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An RC_SEND_ONLY with BTH byte 1 `flags` and `body` bytes of payload plus pad.
+    fn send_only(flags: u8, body: usize) -> Vec<u8> {
+        let mut v = vec![0x04, flags, 0xff, 0xff, 0, 0, 0, 0x11, 0x80, 0, 0, 1];
+        v.resize(12 + body + ICRC_LEN, 0);
+        v
+    }
+
+    #[test]
+    fn rejects_payload_and_pad_off_a_4_byte_boundary() {
+        // Found by fuzz/frame_parse: a 9-byte body with pad count 0 was accepted as a 9-byte
+        // payload, and re-emitting its Repr added 3 pad bytes, so parse → emit → parse
+        // changed the pad count and the packet length.
+        assert_eq!(Packet::new_checked(send_only(0x00, 9)), Err(Error::BadPad));
+        assert_eq!(Packet::new_checked(send_only(0x30, 9)), Err(Error::BadPad));
+        assert_eq!(Packet::new_checked(send_only(0x10, 2)), Err(Error::BadPad));
+        assert_eq!(Packet::new_checked(send_only(0x30, 2)), Err(Error::BadPad));
+
+        let bytes = send_only(0x30, 12);
+        let p = Packet::new_checked(&bytes[..]).unwrap();
+        assert_eq!(p.payload().len(), 9);
+        let repr = Repr::parse(&p).unwrap();
+        let mut out = vec![0xa5; repr.buffer_len()];
+        assert_eq!(repr.emit(&mut out), Ok(bytes.len()));
+        assert_eq!(out, bytes);
+        assert_eq!(
+            Repr::parse(&Packet::new_checked(&out[..]).unwrap()),
+            Ok(repr)
+        );
     }
 }
