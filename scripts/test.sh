@@ -34,6 +34,20 @@ rc=${PIPESTATUS[0]}
 set -e
 passed=$(awk '/^test result:/ {for (i = 1; i <= NF; i++) if ($i ~ /^passed;?$/) s += $(i-1)} END {print s + 0}' "$log")
 failed=$(awk '/^test result:/ {for (i = 1; i <= NF; i++) if ($i ~ /^failed;?$/) s += $(i-1)} END {print s + 0}' "$log")
+
+# System tests (network namespaces, Linux rxe interop) need root; FERROCE_SKIP_SYSTEM=1
+# leaves them out on a machine where they cannot run.
+if [ -z "${FERROCE_SKIP_SYSTEM:-}" ]; then
+  echo "[test] system tests (tests/system.sh)"
+  set +e
+  tests/system.sh "${FERROCE_SYSTEM_MODE:-full}" 2>&1 | tee "$log"
+  src=${PIPESTATUS[0]}
+  set -e
+  sp=$(sed -n 's/^system: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' "$log" | tail -1)
+  sf=$(sed -n 's/^system: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' "$log" | tail -1)
+  passed=$((passed + ${sp:-0})); failed=$((failed + ${sf:-1}))
+  [ "$src" = 0 ] || rc=1
+fi
 echo
 echo "tests: $passed passed, $failed failed"
 exit "$rc"

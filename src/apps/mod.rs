@@ -1,4 +1,5 @@
 //! Applications built on the verbs API, shared by the CLI and the tests.
 
 pub mod oob;
+pub mod ops;
 pub mod pingpong;

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod decode;
 mod devices;
+mod ops;
 mod pingpong;
 
 /// A user-space RoCE v2 stack.
@@ -26,6 +27,10 @@ pub enum Command {
     UcPingpong(pingpong::PingPongArgs),
     /// Like ibv_ud_pingpong: UD SEND ping-pong.
     UdPingpong(pingpong::PingPongArgs),
+    /// Every RC operation (SEND, WRITE, READ, atomics, with immediate) against a peer, checked.
+    RcOps(ops::OpsArgs),
+    /// Live demo without privileges: two devices on an in-memory wire run every RC operation.
+    Demo(ops::DemoArgs),
     /// List RoCE devices (Ethernet interfaces with an address), like ibv_devices.
     Devices,
     /// Show device and port attributes, like ibv_devinfo.
@@ -42,6 +47,8 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::RcPingpong(a) => pingpong::run(ferroce::verbs::QpType::Rc, a),
         Command::UcPingpong(a) => pingpong::run(ferroce::verbs::QpType::Uc, a),
         Command::UdPingpong(a) => pingpong::run(ferroce::verbs::QpType::Ud, a),
+        Command::RcOps(a) => ops::run(a),
+        Command::Demo(a) => ops::demo(a),
         Command::Devices => devices::devices(),
         Command::Devinfo(a) => devices::devinfo(a),
     }

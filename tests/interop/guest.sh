@@ -1,0 +1,15 @@
+#!/bin/bash
+# Guest side of tests/system.sh: runs inside the rxe VM the parts the host cannot.
+#   guest.sh TESTS_DIR FERROCE_BINARY MODE PARTS   PARTS: "interop" and/or "netns", comma-separated
+# (run.sh copies this script into the output directory, so the tests' own path is passed in.)
+tests=$1 F=$2 MODE=$3 PARTS=$4
+rc=0
+case ",$PARTS," in *,netns,*)
+  echo "===== netns: ferroce <-> ferroce over veth, with netem ====="
+  bash "$tests/netns/run.sh" "$F" || rc=1 ;;
+esac
+case ",$PARTS," in *,interop,*)
+  echo "===== interop: ferroce <-> Linux rxe ====="
+  bash "$tests/interop/rxe_pingpong.sh" "$F" "$MODE" || rc=1 ;;
+esac
+exit $rc

@@ -1,0 +1,56 @@
+#!/bin/bash
+# System tests that need root and real kernel features:
+#   netns   ferroce <-> ferroce in two network namespaces over veth, also under tc netem
+#           (tests/netns/run.sh)
+#   interop ferroce <-> Linux rxe with rdma-core's ibv_*_pingpong, both roles, sizes, MTUs,
+#           and 1% loss (tests/interop/rxe_pingpong.sh)
+# Each runs on this host when its kernel has what it needs (netem; rdma_rxe) and otherwise
+# inside the rxe VM (Debian's Linux 6.1 under qemu, TCG when there is no KVM), where both
+# share one boot.
+#   tests/system.sh [quick|full]
+# Ends with "system: N passed, M failed".
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+mode=${1:-full}
+out=$root/target/system
+rm -rf "$out"; mkdir -p "$out"
+(cd "$root" && cargo build --release --quiet --bin ferroce) || exit 1
+bin=$root/target/release/ferroce
+"$here/interop/rxe-vm/build.sh" >"$out/build.log" 2>&1 || { cat "$out/build.log"; exit 1; }
+
+host_has_netem() {
+  ip link add fer-q0 type veth peer name fer-q1 2>/dev/null || return 1
+  tc qdisc add dev fer-q0 root netem loss 1% 2>/dev/null; local r=$?
+  ip link del fer-q0 2>/dev/null; return $r
+}
+host_has_rxe() { modprobe rdma_rxe 2>/dev/null && [ -d /sys/module/rdma_rxe ]; }
+
+vm_parts=""
+if host_has_netem; then
+  echo "[system] netns tests on this host"
+  OUT=$out bash "$here/netns/run.sh" "$bin" | tee "$out/netns.txt"
+else
+  echo "[system] this kernel has no netem: netns tests go to the VM"; vm_parts="netns"
+fi
+if host_has_rxe; then
+  echo "[system] this kernel has rdma_rxe: interop tests on this host"
+  cleanup() { rdma link del rxe0 2>/dev/null; ip link del vethR 2>/dev/null; ip netns del peer 2>/dev/null; true; }
+  cleanup
+  RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_pingpong.sh" "$bin" "$mode" | tee "$out/interop.txt"
+  cleanup
+else
+  echo "[system] this kernel has no rdma_rxe: interop tests go to the VM"; vm_parts="${vm_parts:+$vm_parts,}interop"
+fi
+if [ -n "$vm_parts" ]; then
+  echo "[system] booting the rxe VM for: $vm_parts"
+  t0=$(date +%s)
+  "$here/interop/rxe-vm/run.sh" --timeout 2400 "$here/interop/guest.sh" "$out/vm" "$here" "$bin" "$mode" "$vm_parts" >"$out/vm.log" 2>&1
+  echo "[system] VM run: exit $?, $(( $(date +%s) - t0 )) s"
+  grep -E '^(=====|PASS|FAIL|    |interop:|netns:|rxe0|tc |counters:)' "$out/vm/console.log" | tee "$out/vm.txt"
+fi
+passed=$(cat "$out"/*.txt 2>/dev/null | grep -cE '^PASS ')
+failed=$(cat "$out"/*.txt 2>/dev/null | grep -cE '^FAIL ')
+[ "$passed" -gt 0 ] || { echo "[system] no test ran; see $out"; failed=$((failed + 1)); }
+echo "system: $passed passed, $failed failed"
+[ "$failed" = 0 ]
