@@ -55,8 +55,8 @@ impl Qp {
         let mut progress = false;
         let mut outcome = AckOutcome::Done;
         while let Some(w) = self.sq.front() {
-            let fully_sent = self.req.idx > 0;
-            let started = fully_sent || self.req.offset > 0;
+            let fully_sent = w.sent_all;
+            let started = w.assigned;
             if w.local_err.is_some() {
                 self.complete_local_errors(ctx);
                 return AckOutcome::Failed;
@@ -221,7 +221,7 @@ impl Qp {
             ctx.counters.rx_unexpected_response += 1;
             return;
         };
-        if !w.wr.opcode.is_atomic() || w.first_psn != psn || self.req.idx == 0 {
+        if !w.wr.opcode.is_atomic() || w.first_psn != psn || !w.sent_all {
             ctx.counters.rx_unexpected_response += 1;
             return;
         }
@@ -254,7 +254,7 @@ impl Qp {
             ctx.counters.rx_unexpected_response += 1;
             return;
         };
-        let sent = self.req.idx > 0;
+        let sent = w.sent_all;
         if w.wr.opcode != WrOpcode::RdmaRead
             || !sent
             || psn.before(w.first_psn)

@@ -54,6 +54,10 @@ pub(crate) struct SendWqe {
     pub npkts: u32,
     /// A local error found when starting the WQE; it completes with it in order.
     pub local_err: Option<WcStatus>,
+    /// PSNs were assigned (the WQE was started at least once; a rewind keeps them).
+    pub assigned: bool,
+    /// Every packet was sent at least once, so an ACK may cover the whole message.
+    pub sent_all: bool,
 }
 
 impl SendWqe {
@@ -700,6 +704,8 @@ impl Qp {
             first_psn: Psn::new(0),
             npkts: 0,
             local_err: None,
+            assigned: false,
+            sent_all: false,
         });
         if matches!(self.state(), QpState::Err | QpState::Sqe) {
             self.flush_sq(ctx);

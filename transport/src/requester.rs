@@ -105,6 +105,7 @@ impl Qp {
             let w = &mut self.sq[idx];
             w.first_psn = psn;
             w.npkts = npkts;
+            w.assigned = true;
         }
         if self.qp_type == QpType::Rc && self.req.psn.distance(self.comp.psn) >= SEND_WINDOW {
             return None;
@@ -265,6 +266,7 @@ impl Qp {
         }
         let len = self.sq[idx].len;
         if end || operation == Operation::RdmaReadRequest {
+            self.sq[idx].sent_all = true;
             self.req.idx += 1;
             self.req.offset = 0;
         } else {
@@ -323,11 +325,10 @@ impl Qp {
         let mtu = self.mtu();
         let mut i = 0;
         while i < self.sq.len() {
-            let started = i < self.req.idx || (i == self.req.idx && self.req.offset > 0);
-            if !started {
+            let w = &self.sq[i];
+            if !w.assigned {
                 break;
             }
-            let w = &self.sq[i];
             if psn.distance(w.last_psn()) > 0 {
                 i += 1;
                 continue;
