@@ -111,7 +111,10 @@ impl Qp {
                     wc.byte_len = offset;
                     ctx.cqs.push(self.recv_cq, wc, ctx.counters);
                 }
+                // Responses owed for earlier requests still go out, then the NAK.
+                let owed = core::mem::take(&mut self.resp.out);
                 self.enter_error(ctx);
+                self.resp.out = owed;
                 self.push_nak(ctx, psn, code);
             }
         }
