@@ -7,6 +7,45 @@
 //!
 //! The verbs surface (PDs, MRs, CQs, QPs, work requests and completions) mirrors
 //! libibverbs; the wire behaviour follows the IB spec and Linux rxe.
+//!
+//! ```
+//! use ferroce_transport::testing::{connect, QpOpts, Sim};
+//! use ferroce_transport::{Access, Instant, RecvWr, SendFlags, SendWr, Sge, WrOpcode};
+//!
+//! // Two endpoints with RC QPs brought up to RTS (see `testing::bring_up` for the
+//! // modify_qp calls).
+//! let mut sim = Sim::new(1, 2, false);
+//! let (a, b) = connect(&mut sim, 0, 1, &QpOpts::default());
+//! let src = sim.nodes[0].reg_mr_with(a.pd, b"hello".to_vec(), None, Access::empty())?;
+//! let dst = sim.nodes[1].reg_mr(b.pd, 5, Access::LOCAL_WRITE)?;
+//! let sge = |m: &ferroce_transport::MrInfo| Sge { addr: m.addr, length: 5, lkey: m.lkey };
+//! sim.nodes[1].post_recv(b.qpn, &RecvWr { wr_id: 2, sg_list: vec![sge(&dst)] })?;
+//! let wr = SendWr {
+//!     wr_id: 1,
+//!     opcode: WrOpcode::Send,
+//!     sg_list: vec![sge(&src)],
+//!     flags: SendFlags::SIGNALED,
+//!     ..Default::default()
+//! };
+//! sim.nodes[0].post_send(a.qpn, &wr)?;
+//!
+//! // The I/O loop an application runs: datagrams out of one endpoint into the other.
+//! let now = Instant::from_nanos(0);
+//! let mut buf = vec![0; ferroce_transport::MAX_DATAGRAM_LEN];
+//! for _ in 0..2 {
+//!     for (from, to) in [(0, 1), (1, 0)] {
+//!         while let Some(t) = sim.nodes[from].poll_transmit(now, &mut buf) {
+//!             sim.nodes[to].handle_packet(now, &buf[..t.len]);
+//!         }
+//!     }
+//! }
+//! let mut wcs = Vec::new();
+//! sim.nodes[0].poll_cq(a.cq, &mut wcs, 8);
+//! sim.nodes[1].poll_cq(b.cq, &mut wcs, 8);
+//! assert_eq!(wcs.len(), 2);
+//! assert_eq!(sim.nodes[1].mr_bytes(dst.lkey), Some(&b"hello"[..]));
+//! # Ok::<(), ferroce_transport::Error>(())
+//! ```
 
 #![forbid(unsafe_code)]
 #![warn(missing_debug_implementations)]

@@ -518,3 +518,37 @@ fn fence_waits_for_the_read_before_it() {
     assert!(resp < write, "{ops:?}");
     assert_eq!(sim.nodes[0].mr_bytes(la.lkey).unwrap(), &pattern(3, 64)[..]);
 }
+
+#[test]
+fn sqd_starts_no_new_message_until_back_to_rts() {
+    use ferroce_transport::{QpAttr, QpAttrMask};
+    let mut sim = Sim::new(26, 2, false);
+    let (a, b) = connect(&mut sim, 0, 1, &QpOpts::default());
+    let src = mr(&mut sim, a, pattern(1, 64));
+    let dst = mr(&mut sim, b, vec![0; 64]);
+    post_recv(&mut sim, b, 1, vec![sge(&dst, 0, 64)]);
+    let sqd = QpAttr {
+        qp_state: QpState::Sqd,
+        ..QpAttr::default()
+    };
+    sim.nodes[0]
+        .modify_qp(a.qpn, &sqd, QpAttrMask::STATE)
+        .unwrap();
+    sim.nodes[0]
+        .post_send(a.qpn, &send_wr(1, WrOpcode::Send, vec![sge(&src, 0, 64)]))
+        .unwrap();
+    sim.run_idle(Duration::from_millis(1));
+    assert_eq!(sim.nodes[0].counters().sent_pkts, 0);
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        ..QpAttr::default()
+    };
+    sim.nodes[0]
+        .modify_qp(a.qpn, &rts, QpAttrMask::STATE)
+        .unwrap();
+    assert_ok(&wait_wcs(&mut sim, a, 1));
+    assert_eq!(
+        sim.nodes[1].mr_bytes(dst.lkey).unwrap(),
+        &pattern(1, 64)[..]
+    );
+}
