@@ -47,7 +47,7 @@ impl Context {
             active_mtu: Mtu::from_bytes(dev.interface().ib_mtu()).unwrap_or(Mtu::Mtu1024),
             gids: dev.gids().clone(),
         };
-        Context::start(attr, Arc::new(port))
+        Context::with_port(attr, Arc::new(port))
     }
 
     /// Two devices joined by an in-memory wire, with GIDs `::ffff:10.0.0.1` and
@@ -76,12 +76,14 @@ impl Context {
             gids: GidTable::from_addrs(&[ip]),
         };
         Ok((
-            Context::start(attr("mem0", mac_a, ip_a), Arc::new(pa))?,
-            Context::start(attr("mem1", mac_b, ip_b), Arc::new(pb))?,
+            Context::with_port(attr("mem0", mac_a, ip_a), Arc::new(pa))?,
+            Context::with_port(attr("mem1", mac_b, ip_b), Arc::new(pb))?,
         ))
     }
 
-    fn start(attr: DeviceAttr, port: Arc<dyn Port>) -> Result<Context, Error> {
+    /// A device on any [`Port`]: a custom link, or one end of a [`MemoryPort`] whose
+    /// other end a test drives by hand.
+    pub fn with_port(attr: DeviceAttr, port: Arc<dyn Port>) -> Result<Context, Error> {
         let config = EndpointConfig {
             local_gids: attr.gids.entries().iter().map(|e| e.gid).collect(),
             port_mtu: attr.active_mtu,

@@ -40,7 +40,7 @@ case_() {
 }
 
 run_all() {  # SUFFIX
-  case_ "rc-ops$1" 18516 rc-ops -d veth-b -s 65536 -n 20 -- rc-ops -d veth-a -s 65536 -n 20 --pcap "$out/rc-ops$1.pcap"
+  case_ "rc-ops$1" 18516 rc-ops -d veth-b -s 65536 -n "${2:-20}" -- rc-ops -d veth-a -s 65536 -n "${2:-20}" --pcap "$out/rc-ops$1.pcap"
   case_ "rc-ops-small$1" 18516 rc-ops -d veth-b -s 1 -n 50 -- rc-ops -d veth-a -s 1 -n 50
   case_ "rc-pingpong$1" 18515 rc-pingpong -d veth-b -n 200 -s 4096 -c -- rc-pingpong -d veth-a -n 200 -s 4096 -c
 }
@@ -51,7 +51,7 @@ run_all ""
 # Faults on both directions of the wire.
 ip netns exec $A tc qdisc add dev veth-a root netem loss 2% delay 1ms 1ms reorder 10% duplicate 2%
 ip netns exec $B tc qdisc add dev veth-b root netem loss 2% delay 1ms 1ms reorder 10% duplicate 2%
-run_all "-netem"
+run_all "-netem" 8
 ip netns exec $A tc -s qdisc show dev veth-a | grep -E 'netem|Sent' | sed 's/^/    veth-a /'
 # Under faults the transport must have retransmitted (proof the faults were real).
 if grep -h '^counters:' "$out"/*-netem.client | grep -qE 'retransmitted_pkts=|duplicate_request=|completer_retry_err='; then
