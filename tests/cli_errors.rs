@@ -1,0 +1,153 @@
+//! User mistakes get one clear line on stderr that says what to do, and a non-zero exit.
+
+use std::process::{Command, Output};
+
+fn ferroce(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ferroce"))
+        .args(args)
+        .output()
+        .expect("run ferroce")
+}
+
+/// Exit code and the single stderr line.
+fn fails(args: &[&str]) -> (i32, String) {
+    let out = ferroce(args);
+    let err = String::from_utf8_lossy(&out.stderr).trim_end().to_string();
+    assert!(!out.status.success(), "{args:?} succeeded");
+    assert_eq!(
+        err.lines().count(),
+        1,
+        "{args:?}: expected one line, got:\n{err}"
+    );
+    (out.status.code().unwrap_or(-1), err)
+}
+
+#[test]
+fn missing_and_non_pcap_files() {
+    let (code, err) = fails(&["decode", "/nonexistent/x.pcap"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("cannot read capture") && err.contains("No such file"),
+        "{err}"
+    );
+    let (code, err) = fails(&["decode", file!()]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("not a pcap or pcapng capture") && err.contains("give a .pcap"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unknown_interface_names_the_ones_that_exist() {
+    for cmd in ["rc-pingpong", "uc-pingpong", "ud-pingpong", "rc-ops"] {
+        let (code, err) = fails(&[cmd, "-d", "no-such-if9"]);
+        assert_eq!(code, 2, "{cmd}");
+        assert!(
+            err.contains("no network interface named 'no-such-if9'") && err.contains("available:"),
+            "{err}"
+        );
+    }
+    let (code, err) = fails(&["devinfo", "-d", "no-such-if9"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no-such-if9"), "{err}");
+}
+
+#[test]
+fn bad_flags() {
+    let (code, err) = fails(&["rc-pingpong", "-m", "1000"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("invalid MTU 1000") && err.contains("4096"),
+        "{err}"
+    );
+    let (code, err) = fails(&["rc-pingpong", "-i", "2"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("port 2 does not exist"), "{err}");
+    // clap's own errors are several lines with usage; they still exit 2.
+    let out = ferroce(&["rc-pingpong", "--no-such-flag"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+fn ethernet_interface() -> Option<String> {
+    ferroce::verbs::Device::list()
+        .into_iter()
+        .next()
+        .map(|d| d.name().to_string())
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn no_raw_socket_permission() {
+    let Some(ifname) = ethernet_interface() else {
+        eprintln!("no Ethernet interface: nothing to test");
+        return;
+    };
+    let bin = env!("CARGO_BIN_EXE_ferroce");
+    // As root, drop to an unprivileged user (setpriv is in util-linux); otherwise run as is.
+    let out = if is_root() {
+        Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+                bin,
+                "rc-pingpong",
+                "-d",
+                &ifname,
+            ])
+            .output()
+            .expect("setpriv (util-linux)")
+    } else {
+        Command::new(bin)
+            .args(["rc-pingpong", "-d", &ifname])
+            .output()
+            .unwrap()
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("no permission to open a raw socket") && err.contains("CAP_NET_RAW"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn unreachable_server_and_busy_port() {
+    if !is_root() || ethernet_interface().is_none() {
+        eprintln!("needs root and an Ethernet interface: skipped");
+        return;
+    }
+    let ifname = ethernet_interface().unwrap();
+    // Nobody listens on this port: the out-of-band connection is refused.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port().to_string();
+    drop(closed);
+    let out = ferroce(&["rc-pingpong", "-d", &ifname, "-p", &port, "127.0.0.1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("couldn't connect to 127.0.0.1") && err.contains("is the server running?"),
+        "{err}"
+    );
+    // The out-of-band port is taken.
+    let busy = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = busy.local_addr().unwrap().port().to_string();
+    let out = ferroce(&["rc-pingpong", "-d", &ifname, "-p", &port]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("couldn't listen on port {port}")),
+        "{err}"
+    );
+}
