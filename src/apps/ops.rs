@@ -210,16 +210,7 @@ fn setup(
     pd: &crate::verbs::ProtectionDomain,
     recv_depth: u32,
 ) -> Result<Side, OpsError> {
-    let gid_index = match o.gid_index {
-        Some(i) => i,
-        None => ctx
-            .attr()
-            .gids
-            .default_entry()
-            .map(|e| e.index)
-            .ok_or(VerbsError::NoSuchGid(0))?,
-    };
-    let gid = ctx.gid(gid_index).ok_or(VerbsError::NoSuchGid(gid_index))?;
+    let (gid_index, gid) = ctx.source_gid(o.gid_index)?;
     let cq = ctx.create_cq(4 * recv_depth as usize + 16)?;
     let cap = QpCap {
         max_send_wr: 16,

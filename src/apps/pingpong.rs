@@ -119,16 +119,7 @@ pub fn run(ctx: &Context, o: &Options, out: &mut dyn Write) -> Result<Report, Pi
             ctx.attr().active_mtu.bytes()
         )));
     }
-    let gid_index = match o.gid_index {
-        Some(i) => i,
-        None => ctx
-            .attr()
-            .gids
-            .default_entry()
-            .map(|e| e.index)
-            .ok_or(VerbsError::NoSuchGid(0))?,
-    };
-    let my_gid = ctx.gid(gid_index).ok_or(VerbsError::NoSuchGid(gid_index))?;
+    let (gid_index, my_gid) = ctx.source_gid(o.gid_index)?;
 
     let pd = ctx.alloc_pd()?;
     let buf_len = if ud { o.size + GRH } else { o.size };

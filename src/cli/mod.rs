@@ -40,6 +40,44 @@ pub enum Command {
 /// A user-facing error: printed as one line, exit code 2.
 pub type CliError = Box<dyn std::error::Error>;
 
+/// Opens the device named `ib_dev` (or the first one) and starts `--pcap` recording.
+fn open_device(
+    ib_dev: Option<&str>,
+    pcap: Option<&std::path::Path>,
+) -> Result<ferroce::verbs::Context, CliError> {
+    use ferroce::verbs::Device;
+    let dev = match ib_dev {
+        Some(name) => Device::by_name(name)?,
+        None => Device::list()
+            .into_iter()
+            .next()
+            .ok_or("No IB devices found: no Ethernet interface with an address")?,
+    };
+    let ctx = dev.open()?;
+    if let Some(p) = pcap {
+        ctx.start_pcap(p)
+            .map_err(|e| format!("cannot write pcap '{}': {e}", p.display()))?;
+    }
+    Ok(ctx)
+}
+
+/// `--stats`: the non-zero counters on one stderr line.
+fn print_stats(ctx: &ferroce::verbs::Context) {
+    let c: Vec<String> = ctx
+        .counters()
+        .into_iter()
+        .filter(|(_, v)| *v != 0)
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    eprintln!("counters: {}", c.join(" "));
+}
+
+/// Parses a `-m` value.
+fn parse_mtu(m: u32) -> Result<ferroce::verbs::Mtu, CliError> {
+    Ok(ferroce::verbs::Mtu::from_bytes(m)
+        .ok_or_else(|| format!("invalid MTU {m}: use 256, 512, 1024, 2048 or 4096"))?)
+}
+
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {

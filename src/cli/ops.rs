@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use ferroce::apps::ops::{self, OpsOptions};
-use ferroce::verbs::{Context, Device, Mtu};
+use ferroce::verbs::{Context, Mtu};
 
 use super::CliError;
 
@@ -43,31 +43,9 @@ pub struct OpsArgs {
     pub stats: bool,
 }
 
-fn print_stats(ctx: &Context) {
-    let c: Vec<String> = ctx
-        .counters()
-        .into_iter()
-        .filter(|(_, v)| *v != 0)
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    eprintln!("counters: {}", c.join(" "));
-}
-
 pub fn run(a: OpsArgs) -> Result<ExitCode, CliError> {
-    let mtu = Mtu::from_bytes(a.mtu)
-        .ok_or_else(|| format!("invalid MTU {}: use 256, 512, 1024, 2048 or 4096", a.mtu))?;
-    let dev = match &a.ib_dev {
-        Some(name) => Device::by_name(name)?,
-        None => Device::list()
-            .into_iter()
-            .next()
-            .ok_or("no RoCE device: no Ethernet interface with an address")?,
-    };
-    let ctx = dev.open()?;
-    if let Some(p) = &a.pcap {
-        ctx.start_pcap(p)
-            .map_err(|e| format!("cannot write pcap '{}': {e}", p.display()))?;
-    }
+    let mtu = super::parse_mtu(a.mtu)?;
+    let ctx = super::open_device(a.ib_dev.as_deref(), a.pcap.as_deref())?;
     let o = OpsOptions {
         iters: a.iters,
         size: a.size,
@@ -82,7 +60,7 @@ pub fn run(a: OpsArgs) -> Result<ExitCode, CliError> {
         None => ops::server(&ctx, a.port, &o, &mut out),
     };
     if a.stats {
-        print_stats(&ctx);
+        super::print_stats(&ctx);
     }
     match r {
         Ok(_) => Ok(ExitCode::SUCCESS),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 use ferroce::apps::pingpong::{self, Options};
-use ferroce::verbs::{Context, Device, Mtu, QpType};
+use ferroce::verbs::QpType;
 
 use super::CliError;
 
@@ -60,8 +60,7 @@ pub struct PingPongArgs {
 }
 
 pub fn run(qp_type: QpType, a: PingPongArgs) -> Result<ExitCode, CliError> {
-    let mtu = Mtu::from_bytes(a.mtu)
-        .ok_or_else(|| format!("invalid MTU {}: use 256, 512, 1024, 2048 or 4096", a.mtu))?;
+    let mtu = super::parse_mtu(a.mtu)?;
     if a.ib_port != 1 {
         return Err(format!(
             "port {} does not exist: RoCE devices have port 1 only",
@@ -72,18 +71,7 @@ pub fn run(qp_type: QpType, a: PingPongArgs) -> Result<ExitCode, CliError> {
     if a.rx_depth < 2 {
         return Err("rx-depth must be at least 2".into());
     }
-    let dev = match &a.ib_dev {
-        Some(name) => Device::by_name(name)?,
-        None => Device::list()
-            .into_iter()
-            .next()
-            .ok_or("No IB devices found: no Ethernet interface with an address")?,
-    };
-    let ctx: Context = dev.open()?;
-    if let Some(p) = &a.pcap {
-        ctx.start_pcap(p)
-            .map_err(|e| format!("cannot write pcap '{}': {e}", p.display()))?;
-    }
+    let ctx = super::open_device(a.ib_dev.as_deref(), a.pcap.as_deref())?;
     let opts = Options {
         qp_type,
         server: a.server,
@@ -101,13 +89,7 @@ pub fn run(qp_type: QpType, a: PingPongArgs) -> Result<ExitCode, CliError> {
     let mut out = std::io::stdout();
     let result = pingpong::run(&ctx, &opts, &mut out);
     if a.stats {
-        let c: Vec<String> = ctx
-            .counters()
-            .into_iter()
-            .filter(|(_, v)| *v != 0)
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        eprintln!("counters: {}", c.join(" "));
+        super::print_stats(&ctx);
     }
     match result {
         Ok(_) => Ok(ExitCode::SUCCESS),

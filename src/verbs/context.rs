@@ -109,6 +109,21 @@ impl Context {
         self.attr.gids.get(index).map(|e| e.gid)
     }
 
+    /// The GID at `index`, or the default entry (the interface's IPv4 address) for `None`,
+    /// with its index.
+    pub fn source_gid(&self, index: Option<usize>) -> Result<(usize, Ipv6Addr), Error> {
+        let index = match index {
+            Some(i) => i,
+            None => self
+                .attr
+                .gids
+                .default_entry()
+                .map(|e| e.index)
+                .ok_or(Error::NoSuchGid(0))?,
+        };
+        Ok((index, self.gid(index).ok_or(Error::NoSuchGid(index))?))
+    }
+
     /// Allocates a protection domain.
     pub fn alloc_pd(&self) -> Result<ProtectionDomain, Error> {
         let id = self.shared().endpoint().alloc_pd();
