@@ -68,3 +68,51 @@ fn memory_region_access_is_bounds_checked() {
     mr.write(8, &[1; 8]).unwrap();
     assert_eq!(mr.into_vec().unwrap(), [vec![0; 8], vec![1; 8]].concat());
 }
+
+#[test]
+fn two_qps_share_one_receive_queue() {
+    let (a, b) = Context::memory_pair().unwrap();
+    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
+    let srq = pd_b.create_srq(8, 1).unwrap();
+    let mr_b = pd_b.reg_mr(4 * 64, Access::LOCAL_WRITE).unwrap();
+    for i in 0..4 {
+        srq.post_recv(&RecvWr {
+            wr_id: i,
+            sg_list: vec![mr_b.sge(64 * i as usize, 64)],
+        })
+        .unwrap();
+    }
+    assert_eq!(srq.len(), 4);
+    let mr_a = pd_a.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+    let mut pairs = Vec::new();
+    for n in 0..2u32 {
+        let qa = pd_a
+            .create_qp(&cq_a, &cq_a, QpType::Rc, QpCap::default())
+            .unwrap();
+        let qb = pd_b
+            .create_qp_on_srq(&cq_b, &cq_b, QpType::Rc, QpCap::default(), Some(&srq))
+            .unwrap();
+        qa.connect(&RcPath::new(b.gid(0).unwrap(), qb.qpn(), n * 1000, 5))
+            .unwrap();
+        qb.connect(&RcPath::new(a.gid(0).unwrap(), qa.qpn(), 5, n * 1000))
+            .unwrap();
+        pairs.push((qa, qb));
+    }
+    for (n, (qa, qb)) in pairs.iter().enumerate() {
+        mr_a.write(0, &[n as u8 + 1; 64]).unwrap();
+        qa.post_send(&wr::send(n as u64, mr_a.sge(0, 64))).unwrap();
+        let wc = cq_b.wait_one(Duration::from_secs(5)).unwrap();
+        assert_eq!(
+            (wc.status, wc.wr_id, wc.qp_num),
+            (WcStatus::Success, n as u64, qb.qpn())
+        );
+        assert_eq!(
+            cq_a.wait_one(Duration::from_secs(5)).unwrap().status,
+            WcStatus::Success
+        );
+    }
+    assert_eq!(srq.len(), 2);
+    let bytes = mr_b.to_vec();
+    assert!(bytes[..64].iter().all(|&x| x == 1) && bytes[64..128].iter().all(|&x| x == 2));
+}

@@ -35,7 +35,7 @@ pub use context::{Context, DeviceAttr};
 pub use cq::CompletionQueue;
 pub use device::Device;
 pub use error::Error;
-pub use pd::{AddressHandle, MemoryRegion, ProtectionDomain};
+pub use pd::{AddressHandle, MemoryRegion, ProtectionDomain, SharedReceiveQueue};
 pub use qp::{QueuePair, RcPath};
 
 pub use ferroce_transport::{

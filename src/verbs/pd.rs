@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use ferroce_transport::{Access, AddressVector, PdId, QpCap, QpInitAttr, QpType, Sge, UdDest};
+use ferroce_transport::{
+    Access, AddressVector, PdId, QpCap, QpInitAttr, QpType, RecvWr, Sge, SrqAttr, SrqId, UdDest,
+};
 
 use crate::net::gid::addr_of;
 
@@ -58,15 +60,44 @@ impl ProtectionDomain {
         qp_type: QpType,
         cap: QpCap,
     ) -> Result<QueuePair, Error> {
+        self.create_qp_on_srq(send_cq, recv_cq, qp_type, cap, None)
+    }
+
+    /// Creates a QP that receives from `srq` (when given) instead of its own queue.
+    pub fn create_qp_on_srq(
+        &self,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+        qp_type: QpType,
+        cap: QpCap,
+        srq: Option<&SharedReceiveQueue>,
+    ) -> Result<QueuePair, Error> {
         let init = QpInitAttr {
             qp_type,
             send_cq: send_cq.id(),
             recv_cq: recv_cq.id(),
             cap,
             sq_sig_all: false,
+            srq: srq.map(|s| s.id),
         };
         let qpn = self.ctx.shared().endpoint().create_qp(self.id, init)?;
         Ok(QueuePair::new(self.ctx.clone(), qpn, qp_type))
+    }
+
+    /// A shared receive queue of `max_wr` WRs of up to `max_sge` elements each.
+    pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<SharedReceiveQueue, Error> {
+        let id = self.ctx.shared().endpoint().create_srq(
+            self.id,
+            SrqAttr {
+                max_wr,
+                max_sge,
+                srq_limit: 0,
+            },
+        )?;
+        Ok(SharedReceiveQueue {
+            ctx: self.ctx.clone(),
+            id,
+        })
     }
 
     /// An address handle for UD sends: resolves the destination's MAC address now.
@@ -209,5 +240,43 @@ impl Drop for MemoryRegion {
         if self.live {
             let _ = self.ctx.shared().endpoint().dereg_mr(self.lkey);
         }
+    }
+}
+
+/// A shared receive queue: QPs created on it take their receive WQEs from here.
+#[derive(Debug)]
+pub struct SharedReceiveQueue {
+    ctx: Context,
+    id: SrqId,
+}
+
+impl SharedReceiveQueue {
+    /// Posts a receive work request (ibv_post_srq_recv).
+    pub fn post_recv(&self, wr: &RecvWr) -> Result<(), Error> {
+        self.ctx.shared().endpoint().post_srq_recv(self.id, wr)?;
+        self.ctx.shared().wake();
+        Ok(())
+    }
+
+    /// Receive WQEs waiting in the queue.
+    pub fn len(&self) -> usize {
+        self.ctx
+            .shared()
+            .endpoint()
+            .query_srq(self.id)
+            .map(|(_, n)| n)
+            .unwrap_or(0)
+    }
+
+    /// True when no receive WQE is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Drop for SharedReceiveQueue {
+    fn drop(&mut self) {
+        // Fails while QPs still use it; it is freed with the device then.
+        let _ = self.ctx.shared().endpoint().destroy_srq(self.id);
     }
 }

@@ -15,11 +15,12 @@ use crate::error::{Error, Result};
 use crate::mr::{Access, MrInfo, MrTable};
 use crate::qp::{Ctx, Qp};
 use crate::responder::Rx;
+use crate::srq::SrqTable;
 use crate::time::Instant;
 use crate::tx::{ip_udp_len, TxMeta, MAX_DATAGRAM_LEN};
 use crate::verbs::{
-    CqId, Mtu, PdId, QpAttr, QpAttrMask, QpInitAttr, QpState, QpType, RecvWr, SendWr,
-    WorkCompletion,
+    CqId, Mtu, PdId, QpAttr, QpAttrMask, QpInitAttr, QpState, QpType, RecvWr, SendWr, SrqAttr,
+    SrqId, WorkCompletion,
 };
 
 /// First QP number handed out (as rxe; 0 and 1 are the special QPs).
@@ -74,6 +75,7 @@ pub struct Transmit {
 pub struct Endpoint {
     config: EndpointConfig,
     mrs: MrTable,
+    srqs: SrqTable,
     cqs: CqTable,
     qps: BTreeMap<u32, Qp>,
     counters: Counters,
@@ -119,6 +121,7 @@ impl Endpoint {
         Endpoint {
             config,
             mrs: MrTable::default(),
+            srqs: SrqTable::default(),
             cqs: CqTable::default(),
             qps: BTreeMap::new(),
             counters: Counters::default(),
@@ -148,7 +151,8 @@ impl Endpoint {
         if !self.mrs.pd_exists(pd) {
             return Err(Error::InvalidPd);
         }
-        if self.mrs.pd_in_use(pd) || self.qps.values().any(|q| q.pd == pd) {
+        if self.mrs.pd_in_use(pd) || self.qps.values().any(|q| q.pd == pd) || self.srqs.uses_pd(pd)
+        {
             return Err(Error::PdInUse);
         }
         self.mrs.dealloc_pd(pd);
@@ -261,6 +265,9 @@ impl Endpoint {
         if c.max_inline_data > MAX_INLINE {
             return Err(Error::InvalidAttr("max_inline_data"));
         }
+        if let Some(id) = init.srq {
+            self.srqs.get(id).ok_or(Error::InvalidSrq)?;
+        }
         let qpn = self.alloc_qpn().ok_or(Error::OutOfResources)?;
         let mut qp = Qp::new(
             qpn,
@@ -273,6 +280,12 @@ impl Endpoint {
         );
         if init.qp_type == QpType::Ud {
             qp.attr.path_mtu = self.config.port_mtu;
+        }
+        if let Some(id) = init.srq {
+            qp.srq = Some(id);
+            if let Some(s) = self.srqs.get_mut(id) {
+                s.users += 1;
+            }
         }
         self.qps.insert(qpn, qp);
         Ok(qpn)
@@ -291,10 +304,38 @@ impl Endpoint {
 
     /// Destroys a QP; its outstanding work requests are dropped without completions.
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
-        self.qps
-            .remove(&qpn)
-            .map(|_| ())
-            .ok_or(Error::InvalidQp(qpn))
+        let qp = self.qps.remove(&qpn).ok_or(Error::InvalidQp(qpn))?;
+        if let Some(s) = qp.srq.and_then(|id| self.srqs.get_mut(id)) {
+            s.users -= 1;
+        }
+        Ok(())
+    }
+
+    /// ibv_create_srq: a shared receive queue in `pd`.
+    pub fn create_srq(&mut self, pd: PdId, attr: SrqAttr) -> Result<SrqId> {
+        if !self.mrs.pd_exists(pd) {
+            return Err(Error::InvalidPd);
+        }
+        if attr.max_wr == 0 || attr.max_wr > MAX_WR || attr.max_sge == 0 || attr.max_sge > MAX_SGE {
+            return Err(Error::InvalidAttr("max_wr/max_sge"));
+        }
+        Ok(self.srqs.create(pd, attr))
+    }
+
+    /// ibv_destroy_srq: fails while a QP still receives from it.
+    pub fn destroy_srq(&mut self, srq: SrqId) -> Result<()> {
+        self.srqs.destroy(srq)
+    }
+
+    /// ibv_post_srq_recv.
+    pub fn post_srq_recv(&mut self, srq: SrqId, wr: &RecvWr) -> Result<()> {
+        self.srqs.post(srq, wr)
+    }
+
+    /// ibv_query_srq: the attributes and the receive WQEs posted now.
+    pub fn query_srq(&self, srq: SrqId) -> Result<(SrqAttr, usize)> {
+        let s = self.srqs.get(srq).ok_or(Error::InvalidSrq)?;
+        Ok((s.attr, s.queue.len()))
     }
 
     /// ibv_modify_qp: applies the attributes in `mask`, checking the transition table.
@@ -302,6 +343,7 @@ impl Endpoint {
         let Endpoint {
             qps,
             mrs,
+            srqs,
             cqs,
             counters,
             config,
@@ -310,6 +352,7 @@ impl Endpoint {
         let qp = qps.get_mut(&qpn).ok_or(Error::InvalidQp(qpn))?;
         let mut ctx = Ctx {
             mrs,
+            srqs,
             cqs,
             counters,
             now: Instant::ZERO,
@@ -330,6 +373,7 @@ impl Endpoint {
                 recv_cq: qp.recv_cq,
                 cap: qp.cap,
                 sq_sig_all: qp.sq_sig_all,
+                srq: qp.srq,
             },
         ))
     }
@@ -359,6 +403,7 @@ impl Endpoint {
         let Endpoint {
             qps,
             mrs,
+            srqs,
             cqs,
             counters,
             config,
@@ -367,6 +412,7 @@ impl Endpoint {
         let qp = qps.get_mut(&qpn).ok_or(Error::InvalidQp(qpn))?;
         let mut ctx = Ctx {
             mrs,
+            srqs,
             cqs,
             counters,
             now,
@@ -442,6 +488,7 @@ impl Endpoint {
         let Endpoint {
             qps,
             mrs,
+            srqs,
             cqs,
             counters,
             ..
@@ -478,6 +525,7 @@ impl Endpoint {
         };
         let mut ctx = Ctx {
             mrs,
+            srqs,
             cqs,
             counters,
             now,
@@ -500,6 +548,7 @@ impl Endpoint {
         let Endpoint {
             qps,
             mrs,
+            srqs,
             cqs,
             counters,
             config,
@@ -508,6 +557,7 @@ impl Endpoint {
         } = self;
         let mut ctx = Ctx {
             mrs,
+            srqs,
             cqs,
             counters,
             now,
@@ -607,12 +657,14 @@ impl Endpoint {
         let Endpoint {
             qps,
             mrs,
+            srqs,
             cqs,
             counters,
             ..
         } = self;
         let mut ctx = Ctx {
             mrs,
+            srqs,
             cqs,
             counters,
             now,

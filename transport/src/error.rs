@@ -17,6 +17,10 @@ pub enum Error {
     InvalidCq,
     /// The completion queue is still used by a QP.
     CqInUse,
+    /// No such shared receive queue.
+    InvalidSrq,
+    /// The SRQ is still used by a QP.
+    SrqInUse,
     /// No such QP.
     InvalidQp(u32),
     /// No such memory region key.
@@ -58,6 +62,8 @@ impl fmt::Display for Error {
             Error::PdInUse => write!(f, "protection domain in use"),
             Error::InvalidCq => write!(f, "invalid completion queue"),
             Error::CqInUse => write!(f, "completion queue in use"),
+            Error::InvalidSrq => write!(f, "invalid shared receive queue"),
+            Error::SrqInUse => write!(f, "shared receive queue in use by a QP"),
             Error::InvalidQp(n) => write!(f, "no QP {n:#x}"),
             Error::InvalidKey(k) => write!(f, "no memory region with key {k:#x}"),
             Error::InvalidAccess => write!(f, "invalid access flags"),

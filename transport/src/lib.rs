@@ -59,6 +59,7 @@ mod mr;
 mod qp;
 mod requester;
 mod responder;
+mod srq;
 mod time;
 mod tx;
 mod verbs;
@@ -77,5 +78,6 @@ pub use time::Instant;
 pub use tx::MAX_DATAGRAM_LEN;
 pub use verbs::{
     AddressVector, CqId, Mtu, PdId, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, RecvWr,
-    SendFlags, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    SendFlags, SendWr, Sge, SrqAttr, SrqId, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    WrOpcode,
 };

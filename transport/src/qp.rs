@@ -34,6 +34,7 @@ pub(crate) const MAX_RESP_QUEUE: usize = 64;
 /// Borrowed endpoint state a QP needs while it works.
 pub(crate) struct Ctx<'a> {
     pub mrs: &'a mut MrTable,
+    pub srqs: &'a mut crate::srq::SrqTable,
     pub cqs: &'a mut CqTable,
     pub counters: &'a mut Counters,
     pub now: Instant,
@@ -182,6 +183,8 @@ pub(crate) struct Qp {
     pub sport: u16,
     pub sq: VecDeque<SendWqe>,
     pub rq: VecDeque<RecvWr>,
+    /// Receive WQEs come from this SRQ instead of `rq`.
+    pub srq: Option<crate::verbs::SrqId>,
     pub req: ReqState,
     pub comp: CompState,
     pub resp: RespState,
@@ -334,6 +337,7 @@ impl Qp {
             },
             sq: VecDeque::new(),
             rq: VecDeque::new(),
+            srq: None,
             req: ReqState::default(),
             comp: CompState::default(),
             resp: RespState::default(),
@@ -554,7 +558,14 @@ impl Qp {
         self.attr.qp_state = QpState::Err;
         self.flush_sq(ctx);
         if let Some(InMsg::Send { wqe, .. }) = self.resp.cur.take() {
-            self.rq.push_front(wqe);
+            if self.srq.is_some() {
+                // Taken from the SRQ by this QP: it completes here, flushed.
+                let wc =
+                    WorkCompletion::new(self.qpn, wqe.wr_id, WcOpcode::Recv, WcStatus::WrFlushErr);
+                ctx.cqs.push(self.recv_cq, wc, ctx.counters);
+            } else {
+                self.rq.push_front(wqe);
+            }
         }
         self.resp.cur = None;
         while let Some(r) = self.rq.pop_front() {
@@ -715,6 +726,9 @@ impl Qp {
 
     /// Queues a receive WR.
     pub(crate) fn post_recv(&mut self, ctx: &mut Ctx<'_>, wr: &RecvWr) -> Result<()> {
+        if self.srq.is_some() {
+            return Err(Error::InvalidWr("this QP receives from an SRQ: post there"));
+        }
         if self.state() == QpState::Reset {
             return Err(Error::InvalidState(QpState::Reset));
         }
@@ -742,8 +756,40 @@ impl Qp {
         }
     }
 
-    /// The AETH credit code for the receive WQEs posted now.
+    /// The next receive WQE: from the SRQ if the QP has one, else its own queue.
+    pub(crate) fn take_recv(&mut self, ctx: &mut Ctx<'_>) -> Option<RecvWr> {
+        match self.srq {
+            Some(id) => ctx.srqs.get_mut(id)?.queue.pop_front(),
+            None => self.rq.pop_front(),
+        }
+    }
+
+    /// Puts back a receive WQE taken for a message that was then abandoned.
+    pub(crate) fn return_recv(&mut self, ctx: &mut Ctx<'_>, wqe: RecvWr) {
+        match self.srq {
+            Some(id) => {
+                if let Some(s) = ctx.srqs.get_mut(id) {
+                    s.queue.push_front(wqe);
+                }
+            }
+            None => self.rq.push_front(wqe),
+        }
+    }
+
+    /// Whether a receive WQE is available.
+    pub(crate) fn has_recv(&self, ctx: &Ctx<'_>) -> bool {
+        match self.srq {
+            Some(id) => ctx.srqs.get(id).is_some_and(|s| !s.queue.is_empty()),
+            None => !self.rq.is_empty(),
+        }
+    }
+
+    /// The AETH credit code for the receive WQEs posted now; "no limit" (31) for a QP on
+    /// an SRQ, whose WQEs other QPs may take at any time.
     pub(crate) fn credits(&self) -> u8 {
+        if self.srq.is_some() {
+            return ferroce_wire::Syndrome::UNLIMITED_CREDITS;
+        }
         let n = self.rq.len() as u32;
         ferroce_wire::aeth::CREDITS
             .iter()

@@ -161,7 +161,7 @@ impl Qp {
         match op.operation() {
             Operation::Send => {
                 if matches!(pos, Position::First | Position::Only) {
-                    let wqe = self.rq.pop_front().ok_or(Refuse::Rnr)?;
+                    let wqe = self.take_recv(ctx).ok_or(Refuse::Rnr)?;
                     self.resp.cur = Some(InMsg::Send { wqe, offset: 0 });
                 }
                 let Some(InMsg::Send { wqe, offset }) = &mut self.resp.cur else {
@@ -259,7 +259,7 @@ impl Qp {
                     return Err(inv_req);
                 }
                 // WRITE with immediate consumes a receive WQE: check before placing data.
-                if end && rx.ext.immdt.is_some() && self.rq.is_empty() {
+                if end && rx.ext.immdt.is_some() && !self.has_recv(ctx) {
                     return Err(Refuse::Rnr);
                 }
                 if n > 0 {
@@ -282,7 +282,7 @@ impl Qp {
                     self.resp.cur = None;
                     ctx.counters.rdma_recvs += 1;
                     if let Some(imm) = rx.ext.immdt {
-                        if let Some(wqe) = self.rq.pop_front() {
+                        if let Some(wqe) = self.take_recv(ctx) {
                             let mut wc = WorkCompletion::new(
                                 self.qpn,
                                 wqe.wr_id,
@@ -541,7 +541,7 @@ impl Qp {
         if let Some(m) = self.resp.cur.take() {
             ctx.counters.rx_uc_dropped += 1;
             if let InMsg::Send { wqe, .. } = m {
-                self.rq.push_front(wqe);
+                self.return_recv(ctx, wqe);
             }
         }
     }
@@ -561,7 +561,7 @@ impl Qp {
             ctx.counters.rx_malformed += 1;
             return;
         }
-        let Some(wqe) = self.rq.pop_front() else {
+        let Some(wqe) = self.take_recv(ctx) else {
             ctx.counters.rx_no_recv_wqe += 1;
             return;
         };

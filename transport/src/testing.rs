@@ -392,6 +392,7 @@ pub fn create(sim: &mut Sim, node: usize, o: &QpOpts) -> Side {
                 recv_cq: cq,
                 cap: o.cap,
                 sq_sig_all: false,
+                srq: None,
             },
         )
         .expect("qp");

@@ -266,6 +266,23 @@ pub struct QpInitAttr {
     pub cap: QpCap,
     /// Every send WR completes with a work completion, signaled or not.
     pub sq_sig_all: bool,
+    /// Receive from this shared receive queue instead of the QP's own (RC, UC, UD).
+    pub srq: Option<SrqId>,
+}
+
+/// A shared receive queue of an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SrqId(pub u32);
+
+/// What `create_srq` needs and `query_srq` reports (ibv_srq_attr).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SrqAttr {
+    /// Receive WRs the queue holds at most.
+    pub max_wr: u32,
+    /// Scatter/gather elements per receive WR at most.
+    pub max_sge: u32,
+    /// Low-water mark; `query_srq` reports whether the queue fell below it.
+    pub srq_limit: u32,
 }
 
 /// A scatter/gather element: `length` bytes at `addr` in the region of `lkey`.

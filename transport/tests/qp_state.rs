@@ -222,6 +222,7 @@ fn verbs_argument_checks() {
         recv_cq: cq,
         cap,
         sq_sig_all: true,
+        srq: None,
     };
     let q = ep.create_qp(pd, init).unwrap();
     assert_eq!(
