@@ -10,7 +10,7 @@ use std::io;
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -20,6 +20,7 @@ use ferroce_wire::{EthernetRepr, Frame};
 
 use crate::capture::PcapSink;
 use crate::net::eventfd::{poll_readable, EventFd};
+use crate::net::timerfd::{monotonic_nanos, TimerFd};
 use crate::port::Port;
 
 /// Largest frame handled: a 4096-byte IB MTU plus all headers, with room for jumbo frames.
@@ -56,6 +57,15 @@ pub struct Shared {
     epoch: std::time::Instant,
     pcap: Mutex<Option<PcapSink<io::BufWriter<std::fs::File>>>>,
     counters: Mutex<DriverCounters>,
+    /// Frame buffer for transmission; only used with the endpoint locked.
+    tx_buf: Mutex<Vec<u8>>,
+    /// The transport's next timer, as armed on `timer` (transport nanoseconds; 0 while the
+    /// driver runs, `u64::MAX` when it waits for I/O only). Changed with the endpoint locked.
+    planned_wakeup: AtomicU64,
+    /// Wakes the driver when the transport's next timer is due.
+    timer: TimerFd,
+    /// CLOCK_MONOTONIC at `epoch`: converts transport time to the timer's clock.
+    epoch_monotonic: u64,
 }
 
 impl std::fmt::Debug for Shared {
@@ -75,9 +85,72 @@ impl Shared {
         self.endpoint.lock().expect("endpoint lock poisoned")
     }
 
-    /// Wakes the driver thread (after posting work).
+    /// Wakes the driver thread.
     pub fn wake(&self) {
         self.waker.wake();
+    }
+
+    /// After an API call changed the endpoint (posted work, modified a QP): sends what it
+    /// made ready right here, on the caller's thread, sparing a wake-up of the driver. A
+    /// timer that now falls before the sleeping driver's is moved on its timerfd, which
+    /// wakes the driver only when it is due; leftover work wakes it at once.
+    pub fn kick(&self, mut ep: MutexGuard<'_, Endpoint>) {
+        let sent = self.transmit(&mut ep, TX_BATCH);
+        let timer = ep.poll_timeout().map_or(u64::MAX, |t| t.as_nanos());
+        if timer < self.planned_wakeup.load(Ordering::SeqCst) {
+            self.arm(timer);
+        }
+        drop(ep);
+        if sent == TX_BATCH {
+            self.waker.wake();
+        }
+    }
+
+    /// Arms the driver's timer for transport time `nanos` (`u64::MAX` disarms); called
+    /// with the endpoint locked.
+    fn arm(&self, nanos: u64) {
+        self.planned_wakeup.store(nanos, Ordering::SeqCst);
+        self.timer
+            .set((nanos != u64::MAX).then(|| self.epoch_monotonic + nanos));
+    }
+
+    /// Hands up to `max` datagrams from the transport to the link; returns how many.
+    fn transmit(&self, ep: &mut Endpoint, max: usize) -> usize {
+        let mut tx = self.tx_buf.lock().expect("tx buffer lock");
+        let mut sent = 0;
+        while sent < max {
+            let Some(t) = ep.poll_transmit(self.now(), &mut tx[14..]) else {
+                break;
+            };
+            sent += 1;
+            let mac = self
+                .neighbours
+                .lock()
+                .expect("neighbour lock")
+                .get(&t.dst)
+                .copied();
+            let Some(dst) = mac else {
+                tracing::debug!(dst = %t.dst, "no MAC address for destination; dropped");
+                self.counters.lock().expect("counter lock").tx_no_neighbour += 1;
+                continue;
+            };
+            let eth = EthernetRepr {
+                src: self.port.mac(),
+                dst,
+                vlan: None,
+            };
+            if eth.emit(&mut tx[..14], t.dst.is_ipv6()).is_err() {
+                continue;
+            }
+            let frame = &tx[..14 + t.len];
+            self.record(frame);
+            match self.port.send(frame) {
+                Ok(true) => {}
+                // A full or failing link is a loss on the wire: go-back-N recovers.
+                Ok(false) | Err(_) => self.counters.lock().expect("counter lock").send_err += 1,
+            }
+        }
+        sent
     }
 
     /// The link.
@@ -171,6 +244,10 @@ impl Driver {
             epoch: std::time::Instant::now(),
             pcap: Mutex::new(None),
             counters: Mutex::new(DriverCounters::default()),
+            tx_buf: Mutex::new(vec![0u8; MAX_FRAME]),
+            planned_wakeup: AtomicU64::new(0),
+            timer: TimerFd::new()?,
+            epoch_monotonic: monotonic_nanos(),
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
@@ -205,13 +282,14 @@ fn run(s: &Shared) {
     let span = tracing::info_span!("driver");
     let _enter = span.enter();
     let mut rx = vec![0u8; MAX_FRAME];
-    let mut tx = vec![0u8; MAX_FRAME];
-    let fds = [s.port.fd(), s.waker.as_raw_fd()];
+    let fds = [s.port.fd(), s.waker.as_raw_fd(), s.timer.as_raw_fd()];
     while !s.stop.load(Ordering::SeqCst) {
         s.waker.drain();
+        s.timer.drain();
         let mut progressed = false;
 
-        // Receive.
+        // Receive: each batch is handed to the transport under one lock, and whatever it
+        // answers (ACKs, read responses) goes out before the next batch.
         loop {
             let mut ep = s.endpoint();
             let mut n = 0;
@@ -236,69 +314,36 @@ fn run(s: &Shared) {
                     }
                 }
             }
-            progressed |= n > 0;
+            if n > 0 {
+                progressed = true;
+                s.transmit(&mut ep, TX_BATCH);
+            }
             if n < RX_BATCH {
                 break;
             }
         }
 
         // Timers and transmit.
-        {
-            let mut ep = s.endpoint();
-            let now = s.now();
-            if ep.poll_timeout().is_some_and(|t| t <= now) {
-                ep.handle_timeout(now);
-                progressed = true;
-            }
-            let mut sent = 0;
-            while sent < TX_BATCH {
-                let Some(t) = ep.poll_transmit(s.now(), &mut tx[14..]) else {
-                    break;
-                };
-                sent += 1;
-                let mac = s
-                    .neighbours
-                    .lock()
-                    .expect("neighbour lock")
-                    .get(&t.dst)
-                    .copied();
-                let Some(dst) = mac else {
-                    tracing::debug!(dst = %t.dst, "no MAC address for destination; dropped");
-                    s.counters.lock().expect("counter lock").tx_no_neighbour += 1;
-                    continue;
-                };
-                let eth = EthernetRepr {
-                    src: s.port.mac(),
-                    dst,
-                    vlan: None,
-                };
-                if eth.emit(&mut tx[..14], t.dst.is_ipv6()).is_err() {
-                    continue;
-                }
-                let frame = &tx[..14 + t.len];
-                s.record(frame);
-                match s.port.send(frame) {
-                    Ok(true) => {}
-                    Ok(false) | Err(_) => {
-                        // A full or failing link is a loss on the wire: go-back-N recovers.
-                        s.counters.lock().expect("counter lock").send_err += 1;
-                    }
-                }
-            }
-            progressed |= sent > 0;
-            if progressed {
-                // Cheap when nobody waits; precise tracking would cost more than it saves.
-                s.signal_completions();
-            }
-            if sent == TX_BATCH || progressed {
-                continue;
-            }
-            let timeout = ep.poll_timeout().map(|t| t.saturating_duration_since(now));
-            drop(ep);
-            if let Err(e) = poll_readable(&fds, timeout) {
-                tracing::error!(error = %e, "poll failed; driver stops");
-                return;
-            }
+        let mut ep = s.endpoint();
+        let now = s.now();
+        if ep.poll_timeout().is_some_and(|t| t <= now) {
+            ep.handle_timeout(now);
+            progressed = true;
         }
+        let sent = s.transmit(&mut ep, TX_BATCH);
+        progressed |= sent > 0;
+        if progressed {
+            // Cheap when nobody waits; precise tracking would cost more than it saves.
+            s.signal_completions();
+            continue;
+        }
+        s.arm(ep.poll_timeout().map_or(u64::MAX, |t| t.as_nanos()));
+        drop(ep);
+        if let Err(e) = poll_readable(&fds, None) {
+            tracing::error!(error = %e, "poll failed; driver stops");
+            return;
+        }
+        let _held = s.endpoint();
+        s.planned_wakeup.store(0, Ordering::SeqCst);
     }
 }

@@ -116,3 +116,35 @@ fn two_qps_share_one_receive_queue() {
     let bytes = mr_b.to_vec();
     assert!(bytes[..64].iter().all(|&x| x == 1) && bytes[64..128].iter().all(|&x| x == 2));
 }
+
+#[test]
+fn the_driver_runs_transport_timers_retry_exceeded_on_a_dead_peer() {
+    // The peer device exists but has no such QP: every request is dropped there, so only
+    // the local ACK timer (armed by the API thread, fired by the driver's timerfd) moves on.
+    let (a, b) = Context::memory_pair().unwrap();
+    let pd = a.alloc_pd().unwrap();
+    let cq = a.create_cq(16).unwrap();
+    let mr = pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+    let qp = pd
+        .create_qp(&cq, &cq, QpType::Rc, QpCap::default())
+        .unwrap();
+    let mut p = RcPath::new(b.gid(0).unwrap(), 0x4242, 1, 1);
+    p.timeout = 8; // 4.096 us * 2^8 = 1 ms
+    p.retry_cnt = 2;
+    qp.connect(&p).unwrap();
+    let start = std::time::Instant::now();
+    qp.post_send(&wr::send(5, mr.sge(0, 64))).unwrap();
+    let wc = cq.wait_one(Duration::from_secs(5)).expect("a completion");
+    assert_eq!((wc.wr_id, wc.status), (5, WcStatus::RetryExcErr));
+    let took = start.elapsed();
+    // Three transmissions, three 1 ms timeouts: milliseconds, not the 5 s limit.
+    assert!(
+        took >= Duration::from_millis(3) && took < Duration::from_secs(1),
+        "{took:?}"
+    );
+    let c = a.counters();
+    let get = |n: &str| c.iter().find(|(k, _)| *k == n).unwrap().1;
+    assert_eq!(get("retry_exceeded_err"), 1);
+    assert!(get("ack_timeouts") >= 3);
+    assert_eq!(qp.state().unwrap(), QpState::Err);
+}

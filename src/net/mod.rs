@@ -8,3 +8,4 @@ pub mod gid;
 pub mod interface;
 pub mod neigh;
 pub mod port_guard;
+pub mod timerfd;

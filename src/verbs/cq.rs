@@ -6,6 +6,9 @@ use ferroce_transport::{CqId, WorkCompletion};
 
 use super::Context;
 
+/// Polls `wait_one` makes before it sleeps.
+const SPIN_POLLS: usize = 64;
+
 /// A completion queue.
 #[derive(Debug)]
 pub struct CompletionQueue {
@@ -31,6 +34,14 @@ impl CompletionQueue {
     pub fn wait_one(&self, timeout: Duration) -> Option<WorkCompletion> {
         let deadline = Instant::now() + timeout;
         let mut out = Vec::with_capacity(1);
+        // A completion often follows within microseconds (an ACK on its way): look again
+        // a few times, yielding the core, before paying for a sleep and a wake-up.
+        for _ in 0..SPIN_POLLS {
+            if self.poll(&mut out, 1) == 1 {
+                return out.pop();
+            }
+            std::thread::yield_now();
+        }
         loop {
             let gen = self.ctx.shared().completion_generation();
             if self.poll(&mut out, 1) == 1 {

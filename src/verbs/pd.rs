@@ -253,8 +253,9 @@ pub struct SharedReceiveQueue {
 impl SharedReceiveQueue {
     /// Posts a receive work request (ibv_post_srq_recv).
     pub fn post_recv(&self, wr: &RecvWr) -> Result<(), Error> {
-        self.ctx.shared().endpoint().post_srq_recv(self.id, wr)?;
-        self.ctx.shared().wake();
+        let mut ep = self.ctx.shared().endpoint();
+        ep.post_srq_recv(self.id, wr)?;
+        self.ctx.shared().kick(ep);
         Ok(())
     }
 

@@ -89,11 +89,9 @@ impl QueuePair {
                 .shared()
                 .resolve(addr_of(attr.av.dest_gid), RESOLVE_TIMEOUT)?;
         }
-        self.ctx
-            .shared()
-            .endpoint()
-            .modify_qp(self.qpn, attr, mask)?;
-        self.ctx.shared().wake();
+        let mut ep = self.ctx.shared().endpoint();
+        ep.modify_qp(self.qpn, attr, mask)?;
+        self.ctx.shared().kick(ep);
         Ok(())
     }
 
@@ -187,15 +185,18 @@ impl QueuePair {
                 .shared()
                 .resolve(addr_of(ud.av.dest_gid), RESOLVE_TIMEOUT)?;
         }
-        self.ctx.shared().endpoint().post_send(self.qpn, wr)?;
-        self.ctx.shared().wake();
+        let mut ep = self.ctx.shared().endpoint();
+        ep.post_send(self.qpn, wr)?;
+        self.ctx.shared().kick(ep);
         Ok(())
     }
 
     /// Posts a receive work request.
     pub fn post_recv(&self, wr: &RecvWr) -> Result<(), Error> {
-        self.ctx.shared().endpoint().post_recv(self.qpn, wr)?;
-        self.ctx.shared().wake();
+        let mut ep = self.ctx.shared().endpoint();
+        ep.post_recv(self.qpn, wr)?;
+        // A new receive WQE can end an RNR wait: the peer's retry then finds it.
+        self.ctx.shared().kick(ep);
         Ok(())
     }
 }
