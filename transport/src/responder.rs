@@ -671,7 +671,7 @@ impl Qp {
                 }) = self.resp.res.get(res).copied()
                 else {
                     self.resp.out.pop_front();
-                    return None;
+                    return self.responder_tx(ctx, gids, buf);
                 };
                 let mtu = self.mtu();
                 let n = packets(len, mtu);
@@ -689,6 +689,11 @@ impl Qp {
                 let pd = self.pd;
                 let at = va.wrapping_add(u64::from(off));
                 let r = write_ib(out, bth, ext, plen as usize, |o| {
+                    if o.is_empty() {
+                        // A zero-length READ names no memory: its R_Key and VA were not
+                        // checked (C9-88) and are not used.
+                        return Ok(());
+                    }
                     ctx.mrs
                         .read(rkey, KeyKind::Remote, pd, at, Access::REMOTE_READ, o)
                 });
@@ -713,7 +718,8 @@ impl Qp {
                         tracing::debug!(qpn = self.qpn, %e, "read response source gone");
                         self.enter_error(ctx);
                         self.push_nak(ctx, next_psn, NakCode::RemoteAccessError);
-                        return None;
+                        // Send the NAK now: `None` would tell the caller nothing is queued.
+                        return self.responder_tx(ctx, gids, buf);
                     }
                 }
             }
