@@ -89,8 +89,17 @@ counters! {
     rx_uc_dropped,
     /// Duplicate READ or atomic requests with no matching responder resource.
     rx_dup_unknown,
-    /// CNPs received (congestion control is not implemented; counted only).
+    /// CNPs received (valid ICRC and P_Key), handled or not.
     rx_cnp,
+    /// Packets accepted for a QP that arrived ECN-marked CE (mlx5's name).
+    np_ecn_marked_roce_packets,
+    /// CNPs sent by notification points (mlx5's name).
+    np_cnp_sent,
+    /// CNPs that reached a reaction point and drove its rate (mlx5's name).
+    rp_cnp_handled,
+    /// CNPs for a QP that does not exist, has no congestion control, or is connected to
+    /// another peer (mlx5's name).
+    rp_cnp_ignored,
     /// NAKs sent (all kinds, RNR included).
     naks_sent,
     /// Packets dropped because a bounded queue was full.

@@ -11,6 +11,7 @@ use ferroce_wire::{
 
 use crate::counters::Counters;
 use crate::cq::CqTable;
+use crate::dcqcn::{CnpOut, DcqcnConfig, DcqcnState, ECN_CE};
 use crate::error::{Error, Result};
 use crate::mr::{Access, MrInfo, MrTable};
 use crate::qp::{Ctx, Qp};
@@ -79,6 +80,8 @@ pub struct Endpoint {
     cqs: CqTable,
     qps: BTreeMap<u32, Qp>,
     counters: Counters,
+    /// DCQCN parameters (congestion control is off unless enabled here or per QP).
+    dcqcn: DcqcnConfig,
     next_qpn: u32,
     /// Round-robin cursor: the QP number to try first.
     rr: u32,
@@ -125,6 +128,7 @@ impl Endpoint {
             cqs: CqTable::default(),
             qps: BTreeMap::new(),
             counters: Counters::default(),
+            dcqcn: DcqcnConfig::default(),
             next_qpn: FIRST_QPN,
             rr: 0,
             ip_id: 0,
@@ -139,6 +143,50 @@ impl Endpoint {
     /// Counters since creation.
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// Sets the DCQCN parameters, and whether QPs without their own setting
+    /// ([`Endpoint::set_qp_dcqcn`]) use congestion control. Every QP's rate state starts
+    /// over.
+    pub fn set_dcqcn(&mut self, config: DcqcnConfig) -> Result<()> {
+        config.validate()?;
+        self.dcqcn = config;
+        for qp in self.qps.values_mut() {
+            qp.cc.clear();
+        }
+        Ok(())
+    }
+
+    /// The DCQCN parameters.
+    pub fn dcqcn(&self) -> &DcqcnConfig {
+        &self.dcqcn
+    }
+
+    /// Turns congestion control on or off for one QP (`None`: follow
+    /// [`DcqcnConfig::enabled`]). With it, the QP's packets leave ECN-capable, CE-marked
+    /// packets it receives make it send CNPs, and CNPs it receives drive its pacer.
+    pub fn set_qp_dcqcn(&mut self, qpn: u32, enabled: Option<bool>) -> Result<()> {
+        let qp = self.qps.get_mut(&qpn).ok_or(Error::InvalidQp(qpn))?;
+        qp.cc.enabled = enabled;
+        qp.cc.clear();
+        Ok(())
+    }
+
+    /// The reaction point of a QP with congestion control as of `now` (timer stages and
+    /// α decay up to `now` applied to a copy); `None` for an unknown QP or one without
+    /// congestion control.
+    pub fn qp_rate(&self, qpn: u32, now: Instant) -> Option<DcqcnState> {
+        let qp = self.qps.get(&qpn)?;
+        if !qp.cc.is_enabled(&self.dcqcn) {
+            return None;
+        }
+        let mut rp = qp
+            .cc
+            .rp_ref()
+            .cloned()
+            .unwrap_or_else(|| crate::dcqcn::Rp::new(&self.dcqcn));
+        rp.advance(&self.dcqcn, now);
+        Some(rp.state())
     }
 
     /// Allocates a protection domain.
@@ -474,11 +522,12 @@ impl Endpoint {
             return;
         }
         let op = bth.opcode;
+        let src_gid = dg.src_gid();
         if op.service() == Service::Cnp {
             self.counters.rx_cnp += 1;
+            self.handle_cnp(now, bth.dest_qp, src_gid);
             return;
         }
-        let src_gid = dg.src_gid();
         // The IP header ends 8 bytes (UDP) before the BTH.
         let ib_offset = dg.ip_packet().len() - ib.as_bytes().len();
         let ip_header = dg
@@ -491,6 +540,7 @@ impl Endpoint {
             srqs,
             cqs,
             counters,
+            dcqcn,
             ..
         } = self;
         let Some(qp) = qps.get_mut(&bth.dest_qp) else {
@@ -516,6 +566,28 @@ impl Endpoint {
             }
         }
         counters.rcvd_pkts += 1;
+        if dg.ecn() == ECN_CE {
+            // Notification point: tell the sender of the marked packet.
+            counters.np_ecn_marked_roce_packets += 1;
+            let dest_qp = if qp.qp_type == QpType::Ud {
+                repr.ext.deth.map(|d| d.src_qp)
+            } else {
+                Some(qp.attr.dest_qp_num)
+            };
+            if let (true, Some(dest_qp)) = (qp.cc.is_enabled(dcqcn), dest_qp) {
+                let out = CnpOut {
+                    dst: src_gid,
+                    src: dg.dst_gid(),
+                    dest_qp,
+                    flow_label: if qp.qp_type == QpType::Ud {
+                        0
+                    } else {
+                        qp.attr.av.flow_label
+                    },
+                };
+                qp.cc.np.on_marked(dcqcn, now, out);
+            }
+        }
         let rx = Rx {
             bth,
             ext: repr.ext,
@@ -537,6 +609,25 @@ impl Endpoint {
         }
     }
 
+    /// Reaction point: a CNP for `qpn` from `src_gid`.
+    fn handle_cnp(&mut self, now: Instant, qpn: u32, src_gid: Ipv6Addr) {
+        let cfg = &self.dcqcn;
+        let qp = match self.qps.get_mut(&qpn) {
+            Some(qp)
+                if qp.cc.is_enabled(cfg)
+                    && (qp.qp_type == QpType::Ud || qp.attr.av.dest_gid == src_gid) =>
+            {
+                qp
+            }
+            _ => {
+                self.counters.rp_cnp_ignored += 1;
+                return;
+            }
+        };
+        qp.cc.rp(cfg).on_cnp(cfg, now);
+        self.counters.rp_cnp_handled += 1;
+    }
+
     /// Writes the next datagram to send into `buf` (which must hold
     /// [`MAX_DATAGRAM_LEN`] bytes), serving QPs round-robin; responder packets of a QP
     /// go before its requests.
@@ -552,6 +643,7 @@ impl Endpoint {
             cqs,
             counters,
             config,
+            dcqcn,
             rr,
             ..
         } = self;
@@ -565,14 +657,14 @@ impl Endpoint {
         let start = *rr;
         let mut sent = None;
         for (&qpn, qp) in qps.range_mut(start..) {
-            if let Some(m) = Self::qp_transmit(qp, &mut ctx, config, buf) {
+            if let Some(m) = Self::qp_transmit(qp, &mut ctx, config, dcqcn, buf) {
                 sent = Some((qpn, m));
                 break;
             }
         }
         if sent.is_none() {
             for (&qpn, qp) in qps.range_mut(..start) {
-                if let Some(m) = Self::qp_transmit(qp, &mut ctx, config, buf) {
+                if let Some(m) = Self::qp_transmit(qp, &mut ctx, config, dcqcn, buf) {
                     sent = Some((qpn, m));
                     break;
                 }
@@ -587,19 +679,47 @@ impl Endpoint {
         qp: &mut Qp,
         ctx: &mut Ctx<'_>,
         config: &EndpointConfig,
+        dcqcn: &DcqcnConfig,
         buf: &mut [u8],
     ) -> Option<TxMeta> {
         if qp.next_timeout().is_some_and(|t| t <= ctx.now) {
             qp.on_timeout(ctx);
         }
-        qp.responder_tx(ctx, &config.local_gids, buf)
-            .or_else(|| qp.requester_tx(ctx, &config.local_gids, buf))
+        if !qp.cc.is_enabled(dcqcn) {
+            return qp
+                .responder_tx(ctx, &config.local_gids, buf, true)
+                .or_else(|| qp.requester_tx(ctx, &config.local_gids, buf));
+        }
+        // Congestion control: CNPs first and never paced, then responder packets (READ
+        // responses only when the pacer allows), then requests (only when it allows).
+        let now = ctx.now;
+        if let Some(m) = qp.cnp_tx(ctx, dcqcn, buf) {
+            return Some(m);
+        }
+        let rp = qp.cc.rp(dcqcn);
+        rp.advance(dcqcn, now);
+        let ready = rp.ready(now);
+        let mut sent = qp.responder_tx(ctx, &config.local_gids, buf, ready);
+        if sent.is_none() && ready {
+            sent = qp.requester_tx(ctx, &config.local_gids, buf);
+        }
+        if let Some(m) = &mut sent {
+            m.ecn = Some(dcqcn.ecn);
+            if m.paced {
+                qp.cc
+                    .rp(dcqcn)
+                    .on_sent(dcqcn, now, ip_udp_len(&m.dst) + m.ib_len);
+            }
+        }
+        let ready = qp.cc.rp(dcqcn).ready(now);
+        qp.cc.blocked = !ready && qp.has_paced_work();
+        sent
     }
 
     /// Adds IP and UDP headers and the ICRC to the IB packet a QP wrote.
     fn finish_datagram(&mut self, qpn: u32, m: TxMeta, buf: &mut [u8]) -> Option<Transmit> {
         let hl = ip_udp_len(&m.dst);
-        let ecn = m.traffic_class & 3;
+        let ecn = m.ecn.unwrap_or(m.traffic_class) & 3;
         let ip = match (m.dst.to_ipv4_mapped(), m.src.to_ipv4_mapped()) {
             (Some(dst), Some(src)) => {
                 self.ip_id = self.ip_id.wrapping_add(1);
@@ -616,7 +736,7 @@ impl Endpoint {
             _ => IpRepr::V6 {
                 src: m.src,
                 dst: m.dst,
-                traffic_class: m.traffic_class,
+                traffic_class: (m.traffic_class & !3) | ecn,
                 flow_label: m.flow_label & 0xf_ffff,
                 hop_limit: HOP_LIMIT,
             },
@@ -647,9 +767,17 @@ impl Endpoint {
         })
     }
 
-    /// The earliest instant at which `handle_timeout` has work (retransmit or RNR timer).
+    /// The earliest instant at which `handle_timeout` has work (retransmit or RNR timer),
+    /// or at which a QP held back by its DCQCN pacer may send again (`poll_transmit` has
+    /// work then).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.qps.values().filter_map(Qp::next_timeout).min()
+        self.qps
+            .values()
+            .filter_map(|q| match (q.next_timeout(), q.cc.wakeup()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            })
+            .min()
     }
 
     /// Runs every timer that expired at `now`.

@@ -53,6 +53,7 @@
 mod completer;
 mod counters;
 mod cq;
+mod dcqcn;
 mod endpoint;
 mod error;
 mod mr;
@@ -68,6 +69,7 @@ mod verbs;
 pub mod testing;
 
 pub use counters::Counters;
+pub use dcqcn::{DcqcnConfig, DcqcnState, ECN_CE, ECN_ECT0, ECN_ECT1, ECN_NOT_ECT};
 pub use endpoint::{
     Endpoint, EndpointConfig, Transmit, FIRST_QPN, HOP_LIMIT, MAX_CQE, MAX_INLINE, MAX_SGE, MAX_WR,
 };

@@ -188,6 +188,8 @@ pub(crate) struct Qp {
     pub req: ReqState,
     pub comp: CompState,
     pub resp: RespState,
+    /// DCQCN notification and reaction point.
+    pub cc: crate::dcqcn::QpCc,
 }
 
 /// UDP source port of an RC/UC QP, as rxe 6.1 derives it from both QP numbers.
@@ -341,6 +343,7 @@ impl Qp {
             req: ReqState::default(),
             comp: CompState::default(),
             resp: RespState::default(),
+            cc: crate::dcqcn::QpCc::default(),
         }
     }
 
@@ -544,6 +547,7 @@ impl Qp {
         self.req = ReqState::default();
         self.comp = CompState::default();
         self.resp = RespState::default();
+        self.cc.clear();
         self.attr = QpAttr {
             cap: self.cap,
             ..QpAttr::default()

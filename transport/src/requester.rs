@@ -296,6 +296,8 @@ impl Qp {
             flow_label: flow,
             sport: self.sport,
             ib_len,
+            ecn: None,
+            paced: true,
         })
     }
 

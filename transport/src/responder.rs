@@ -614,17 +614,23 @@ impl Qp {
         wc
     }
 
-    /// Writes the next responder packet (ACK, NAK, read response, atomic ACK).
+    /// Writes the next responder packet (ACK, NAK, read response, atomic ACK). READ
+    /// responses wait while `allow_paced` is false (the QP's DCQCN pacer holds them).
     pub(crate) fn responder_tx(
         &mut self,
         ctx: &mut Ctx<'_>,
         gids: &[Ipv6Addr],
         buf: &mut [u8],
+        allow_paced: bool,
     ) -> Option<TxMeta> {
         if self.qp_type != QpType::Rc || self.state() == QpState::Reset {
             return None;
         }
         let item = *self.resp.out.front()?;
+        let paced = matches!(item, RespOut::Read { .. });
+        if paced && !allow_paced {
+            return None;
+        }
         let av = self.attr.av;
         let src = *gids.get(usize::from(av.sgid_index))?;
         let hl = ip_udp_len(&av.dest_gid);
@@ -671,7 +677,7 @@ impl Qp {
                 }) = self.resp.res.get(res).copied()
                 else {
                     self.resp.out.pop_front();
-                    return self.responder_tx(ctx, gids, buf);
+                    return self.responder_tx(ctx, gids, buf, allow_paced);
                 };
                 let mtu = self.mtu();
                 let n = packets(len, mtu);
@@ -719,7 +725,7 @@ impl Qp {
                         self.enter_error(ctx);
                         self.push_nak(ctx, next_psn, NakCode::RemoteAccessError);
                         // Send the NAK now: `None` would tell the caller nothing is queued.
-                        return self.responder_tx(ctx, gids, buf);
+                        return self.responder_tx(ctx, gids, buf, allow_paced);
                     }
                 }
             }
@@ -731,6 +737,8 @@ impl Qp {
             flow_label: av.flow_label,
             sport: self.sport,
             ib_len,
+            ecn: None,
+            paced,
         })
     }
 }

@@ -4,6 +4,10 @@
 //! reorder, delay and corrupt packets, driven by a seeded RNG and a virtual clock, so
 //! a failing run replays exactly from its seed. A tap sees (and may drop or edit) every
 //! packet before the faults apply.
+//!
+//! Optionally, nodes send at a line rate ([`Sim::set_link_rate`]) and the packets toward
+//! one node cross a switch queue ([`Sim::set_marking_queue`]) with a service rate, a
+//! buffer (tail drop) and RED-like ECN marking, for congestion control tests.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -86,8 +90,92 @@ pub struct SimStats {
     pub unroutable: u64,
 }
 
-/// A datagram on the wire: (delivery time, sequence, destination node, bytes).
-type InFlight = (u64, u64, usize, Vec<u8>);
+/// Where a datagram in flight is going next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Hop {
+    /// To the destination node (after the marking queue or not).
+    Deliver { queued: bool },
+    /// Into the marking queue; `delay_ns` from its exit to the destination.
+    Queue { delay_ns: u64 },
+}
+
+/// A datagram on the wire: (time, sequence, destination node, source node, hop, bytes).
+type InFlight = (u64, u64, usize, usize, Hop, Vec<u8>);
+
+/// A switch egress queue toward one node: FIFO at `rate` bytes/s, tail drop beyond
+/// `buffer` bytes, and RED-like marking of ECN-capable packets on the backlog they find:
+/// none up to `kmin`, probability rising linearly to `pmax` at `kmax`, every one from
+/// `kmax` on (the DCQCN paper's congestion point). Packets that are not ECN-capable are
+/// never marked, only tail-dropped.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MarkingQueue {
+    /// Packets to this node pass the queue.
+    pub to: usize,
+    /// Service rate, bytes per second.
+    pub rate: u64,
+    /// Buffer, bytes.
+    pub buffer: u64,
+    pub kmin: u64,
+    pub kmax: u64,
+    pub pmax: f64,
+}
+
+/// What the marking queue did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    pub enqueued: u64,
+    /// Packets dropped because the buffer was full.
+    pub dropped: u64,
+    /// Packets marked CE.
+    pub marked: u64,
+    /// Largest backlog a packet found, bytes.
+    pub max_backlog: u64,
+    /// Bytes delivered to the destination after the queue, per source node.
+    pub bytes_out: Vec<u64>,
+}
+
+#[derive(Debug, Clone)]
+struct QueueState {
+    q: MarkingQueue,
+    /// The queue is empty from then on, ns.
+    busy_until: u64,
+    stats: QueueStats,
+}
+
+/// Sets CE in an IPv4 or IPv6 datagram (the ICRC masks the ECN bits; the IPv4 header
+/// checksum is recomputed).
+pub fn set_ce(pkt: &mut [u8]) {
+    match pkt.first().map(|b| b >> 4) {
+        Some(4) if pkt.len() >= 20 => {
+            pkt[1] |= 3;
+            let ihl = usize::from(pkt[0] & 0xf) * 4;
+            if pkt.len() < ihl {
+                return;
+            }
+            pkt[10] = 0;
+            pkt[11] = 0;
+            let mut sum = 0u32;
+            for w in pkt[..ihl].chunks(2) {
+                sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
+            }
+            while sum > 0xffff {
+                sum = (sum & 0xffff) + (sum >> 16);
+            }
+            pkt[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        }
+        Some(6) if pkt.len() >= 40 => pkt[1] |= 0x30,
+        _ => {}
+    }
+}
+
+/// The ECN bits of an IPv4 or IPv6 datagram.
+pub fn ecn_of(pkt: &[u8]) -> u8 {
+    match pkt.first().map(|b| b >> 4) {
+        Some(4) if pkt.len() >= 20 => pkt[1] & 3,
+        Some(6) if pkt.len() >= 40 => (pkt[1] >> 4) & 3,
+        _ => 0,
+    }
+}
 
 /// A tap: `(from, to, datagram) -> keep`.
 pub type Tap = Box<dyn FnMut(usize, usize, &mut Vec<u8>) -> bool>;
@@ -106,6 +194,9 @@ pub struct Sim {
     seq: u64,
     tap: Option<Tap>,
     buf: Vec<u8>,
+    /// Per node: line rate in bytes/s, and when its link is free again (ns).
+    links: Vec<(Option<u64>, u64)>,
+    marking: Option<QueueState>,
 }
 
 impl core::fmt::Debug for Sim {
@@ -151,7 +242,32 @@ impl Sim {
             seq: 0,
             tap: None,
             buf: vec![0; MAX_DATAGRAM_LEN],
+            links: vec![(None, 0); n],
+            marking: None,
         }
+    }
+
+    /// Node `node` serializes what it sends at `rate` bytes/s (its NIC's line rate);
+    /// `None`: infinitely fast (the default).
+    pub fn set_link_rate(&mut self, node: usize, rate: Option<u64>) {
+        self.links[node].0 = rate.filter(|&r| r > 0);
+    }
+
+    /// Packets toward `q.to` cross a marking queue from now on.
+    pub fn set_marking_queue(&mut self, q: MarkingQueue) {
+        self.marking = Some(QueueState {
+            q,
+            busy_until: self.now.as_nanos(),
+            stats: QueueStats {
+                bytes_out: vec![0; self.nodes.len()],
+                ..QueueStats::default()
+            },
+        });
+    }
+
+    /// What the marking queue did so far (`None` without one).
+    pub fn queue_stats(&self) -> Option<&QueueStats> {
+        self.marking.as_ref().map(|m| &m.stats)
     }
 
     /// The first GID of node `i`.
@@ -247,16 +363,70 @@ impl Sim {
             if self.rng.chance(f.reorder) {
                 delay += self.rng.below(4 * f.delay_ns.max(1_000));
             }
-            let at = self.now.as_nanos() + delay;
-            let last = &mut self.last_delivery[from][to];
-            if at < *last {
-                self.stats.reordered += 1;
-            } else {
-                *last = at;
+            // The packet leaves the sender once its link is free.
+            let mut start = self.now.as_nanos();
+            if let (Some(rate), busy) = &mut self.links[from] {
+                start = start.max(*busy) + tx_ns(p.len(), *rate);
+                *busy = start;
             }
-            self.seq += 1;
-            self.queue.push(Reverse((at, self.seq, to, p)));
+            if self.marking.as_ref().is_some_and(|m| m.q.to == to) {
+                self.seq += 1;
+                let hop = Hop::Queue { delay_ns: delay };
+                self.queue
+                    .push(Reverse((start, self.seq, to, from, hop, p)));
+            } else {
+                self.schedule_delivery(from, to, start + delay, false, p);
+            }
         }
+    }
+
+    fn schedule_delivery(&mut self, from: usize, to: usize, at: u64, queued: bool, p: Vec<u8>) {
+        let last = &mut self.last_delivery[from][to];
+        if at < *last {
+            self.stats.reordered += 1;
+        } else {
+            *last = at;
+        }
+        self.seq += 1;
+        self.queue.push(Reverse((
+            at,
+            self.seq,
+            to,
+            from,
+            Hop::Deliver { queued },
+            p,
+        )));
+    }
+
+    /// A packet reaches the marking queue at `at`.
+    fn enqueue(&mut self, at: u64, from: usize, to: usize, delay_ns: u64, mut p: Vec<u8>) {
+        let Some(m) = &mut self.marking else {
+            return self.schedule_delivery(from, to, at + delay_ns, false, p);
+        };
+        let len = p.len() as u64;
+        let backlog_ns = m.busy_until.saturating_sub(at);
+        let backlog = u64::try_from(u128::from(backlog_ns) * u128::from(m.q.rate) / 1_000_000_000)
+            .unwrap_or(u64::MAX);
+        m.stats.max_backlog = m.stats.max_backlog.max(backlog);
+        if backlog + len > m.q.buffer {
+            m.stats.dropped += 1;
+            return;
+        }
+        m.stats.enqueued += 1;
+        let p_mark = if backlog <= m.q.kmin {
+            0.0
+        } else if backlog >= m.q.kmax {
+            1.0
+        } else {
+            m.q.pmax * (backlog - m.q.kmin) as f64 / (m.q.kmax - m.q.kmin) as f64
+        };
+        if matches!(ecn_of(&p), 1 | 2) && self.rng.chance(p_mark) {
+            set_ce(&mut p);
+            m.stats.marked += 1;
+        }
+        let done = at.max(m.busy_until) + tx_ns(p.len(), m.q.rate);
+        m.busy_until = done;
+        self.schedule_delivery(from, to, done + delay_ns, true, p);
     }
 
     /// One event: send what is ready, then advance the clock to the next delivery or
@@ -284,11 +454,19 @@ impl Sim {
             if *t > self.now.as_nanos() {
                 break;
             }
-            let Some(Reverse((_, _, to, p))) = self.queue.pop() else {
+            let Some(Reverse((t, _, to, from, hop, p))) = self.queue.pop() else {
                 break;
             };
-            self.stats.delivered += 1;
-            self.nodes[to].handle_packet(self.now, &p);
+            match hop {
+                Hop::Queue { delay_ns } => self.enqueue(t, from, to, delay_ns, p),
+                Hop::Deliver { queued } => {
+                    if let (true, Some(m)) = (queued, &mut self.marking) {
+                        m.stats.bytes_out[from] += p.len() as u64;
+                    }
+                    self.stats.delivered += 1;
+                    self.nodes[to].handle_packet(self.now, &p);
+                }
+            }
         }
         for n in &mut self.nodes {
             if n.poll_timeout().is_some_and(|t| t <= self.now) {
@@ -321,6 +499,11 @@ impl Sim {
         }
         false
     }
+}
+
+/// Nanoseconds to send `len` bytes at `rate` bytes/s, rounded up.
+fn tx_ns(len: usize, rate: u64) -> u64 {
+    u64::try_from((len as u128 * 1_000_000_000).div_ceil(u128::from(rate))).unwrap_or(u64::MAX)
 }
 
 /// One side of a test connection: its PD, CQ and QP.

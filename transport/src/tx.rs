@@ -20,6 +20,11 @@ pub(crate) struct TxMeta {
     pub sport: u16,
     /// Bytes of the IB packet (BTH through ICRC) written after the IP/UDP headers.
     pub ib_len: usize,
+    /// ECN bits to send instead of the low two bits of `traffic_class` (congestion
+    /// control owns them when enabled).
+    pub ecn: Option<u8>,
+    /// The packet counts against the QP's DCQCN pacer (requests, READ responses).
+    pub paced: bool,
 }
 
 /// Bytes of IP plus UDP header toward `dst`.
