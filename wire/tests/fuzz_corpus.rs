@@ -94,8 +94,14 @@ fn bodies_survive_truncated_and_mutated_seeds() {
     assert!(runs > 0);
 }
 
-/// `TARGETS`, `fuzz/corpus/*`, `fuzz/fuzz_targets/*.rs` and the `[[bin]]`s of
-/// `fuzz/Cargo.toml` name the same targets.
+/// The targets whose bodies live in `fuzz/src/transport_bodies.rs` rather than in
+/// `bodies::TARGETS`: they need `ferroce-transport`, which this crate cannot depend on, and
+/// `transport/tests/fuzz_responder.rs` runs them over their seeds.
+const TRANSPORT_TARGETS: &[&str] = &["responder"];
+
+/// `TARGETS` plus `TRANSPORT_TARGETS`, `fuzz/corpus/*`, `fuzz/fuzz_targets/*.rs` and the
+/// `[[bin]]`s of `fuzz/Cargo.toml` name the same targets, and each transport target has its
+/// body in `transport_bodies.rs`.
 #[test]
 fn target_lists_agree() {
     let names = |dir: &str, strip: &str| -> Vec<String> {
@@ -107,7 +113,19 @@ fn target_lists_agree() {
         v.sort();
         v
     };
-    let mut targets: Vec<String> = bodies::TARGETS.iter().map(|(n, _)| n.to_string()).collect();
+    let transport_bodies = fs::read_to_string(fuzz_dir().join("src/transport_bodies.rs"))
+        .expect("fuzz/src/transport_bodies.rs");
+    for t in TRANSPORT_TARGETS {
+        assert!(
+            transport_bodies.contains(&format!("pub fn {t}(data: &[u8])")),
+            "no body for `{t}` in fuzz/src/transport_bodies.rs"
+        );
+    }
+    let mut targets: Vec<String> = bodies::TARGETS
+        .iter()
+        .map(|(n, _)| n.to_string())
+        .chain(TRANSPORT_TARGETS.iter().map(|n| n.to_string()))
+        .collect();
     targets.sort();
     assert_eq!(names("corpus", ""), targets, "fuzz/corpus/ directories");
     assert_eq!(names("fuzz_targets", ".rs"), targets, "fuzz/fuzz_targets/");
