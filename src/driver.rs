@@ -27,6 +27,8 @@ use crate::port::Port;
 pub const MAX_FRAME: usize = 9216;
 /// Frames received per lock of the endpoint, so API calls are not starved.
 const RX_BATCH: usize = 64;
+/// How long the driver keeps looking for work after the last activity before it sleeps.
+const BUSY_POLL: Duration = Duration::from_micros(50);
 /// Frames transmitted per lock of the endpoint.
 const TX_BATCH: usize = 64;
 
@@ -283,9 +285,8 @@ fn run(s: &Shared) {
     let _enter = span.enter();
     let mut rx = vec![0u8; MAX_FRAME];
     let fds = [s.port.fd(), s.waker.as_raw_fd(), s.timer.as_raw_fd()];
+    let mut last_activity = std::time::Instant::now();
     while !s.stop.load(Ordering::SeqCst) {
-        s.waker.drain();
-        s.timer.drain();
         let mut progressed = false;
 
         // Receive: each batch is handed to the transport under one lock, and whatever it
@@ -335,6 +336,14 @@ fn run(s: &Shared) {
         if progressed {
             // Cheap when nobody waits; precise tracking would cost more than it saves.
             s.signal_completions();
+            last_activity = std::time::Instant::now();
+            continue;
+        }
+        if last_activity.elapsed() < BUSY_POLL {
+            // Traffic tends to come in bursts and answers follow within microseconds:
+            // look again before paying for a sleep and a wake-up.
+            drop(ep);
+            std::thread::yield_now();
             continue;
         }
         s.arm(ep.poll_timeout().map_or(u64::MAX, |t| t.as_nanos()));
@@ -343,6 +352,8 @@ fn run(s: &Shared) {
             tracing::error!(error = %e, "poll failed; driver stops");
             return;
         }
+        s.waker.drain();
+        s.timer.drain();
         let _held = s.endpoint();
         s.planned_wakeup.store(0, Ordering::SeqCst);
     }
