@@ -38,9 +38,10 @@
 //!   - additive increase otherwise: Rt += `rpg_ai_rate`, then Rc = (Rt + Rc) / 2;
 //!   - Rt and Rc never exceed Rmax. Once Rt = Rmax and Rc is within 0.001 Mb/s of it, the
 //!     limiter is released: the QP is back to its state before the first CNP.
-//! * **Pacing**: a packet of L bytes (IP header through ICRC) sent at `now` moves the
-//!   limiter's free time to max(free, now − B/Rc) + 8·L / Rc, where B is
-//!   `pacing_burst_bytes` (the credit an idle or late sender may use at once).
+//! * **Pacing**: a token bucket filled at Rc (at the rate in force at each instant: a rate
+//!   change applies to the time after it), holding at most B = `pacing_burst_bytes`
+//!   (the credit an idle or late sender may use at once). A paced packet may leave when
+//!   the bucket is not negative; it takes its size L (IP header through ICRC) out.
 //!
 //! Time-driven events (timer stages, α decay, a deferred cut) are replayed in time order
 //! when the QP is next looked at, so the state does not depend on how often the caller
@@ -96,7 +97,9 @@ pub struct DcqcnConfig {
     /// paper: 55).
     pub rpg_time_reset: u32,
     /// Byte counter period, bytes sent between rate increase events (0: no byte
-    /// counter). Default 32767 (ConnectX: 32767; the paper: 10 MB).
+    /// counter). Default 10 MB, the DCQCN paper's B (ConnectX: 32767, a stage every
+    /// 26 µs at 10 Gb/s: in the convergence test, recovery then outran the feedback
+    /// and the queue overflowed).
     pub rpg_byte_reset: u32,
     /// F: rate increase events per counter spent in fast recovery before additive
     /// increase. Default 5, the paper's F (ConnectX: 1).
@@ -119,11 +122,12 @@ pub struct DcqcnConfig {
     /// Rc and Rt on the first CNP of a flow, Mb/s; 0: the first CNP cuts as any other.
     /// Default 0 (ConnectX: 0).
     pub rate_to_set_on_first_cnp: u32,
-    /// 1024·(1 − g), g being α's gain. Default 1019, g = 5/1024 (ConnectX: 1019; the
-    /// paper: g = 1/256, i.e. 1020).
+    /// 1024·(1 − g), g being α's gain. Default 1020: g = 1/256, the DCQCN paper's
+    /// (ConnectX: 1019, g = 5/1024).
     pub dce_tcp_g: u32,
-    /// α decay period, µs (0: α never decays). Default 1 (ConnectX: 1; the paper's K:
-    /// 55).
+    /// α decay period, µs (0: α never decays). Default 55, the DCQCN paper's K
+    /// (ConnectX: 1, which in the convergence test let α forget congestion between
+    /// episodes and the queue overflow).
     pub dce_tcp_rtt: u32,
     /// Minimum time between two cuts of one QP, µs. Default 4 (ConnectX: 4).
     pub rate_reduce_monitor_period: u32,
@@ -154,7 +158,7 @@ impl Default for DcqcnConfig {
             line_rate: 10_000,
             pacing_burst_bytes: 65_536,
             rpg_time_reset: 300,
-            rpg_byte_reset: 32_767,
+            rpg_byte_reset: 10_000_000,
             rpg_threshold: 5,
             rpg_max_rate: 0,
             rpg_ai_rate: 5,
@@ -163,8 +167,8 @@ impl Default for DcqcnConfig {
             rpg_min_dec_fac: 50,
             rpg_min_rate: 1,
             rate_to_set_on_first_cnp: 0,
-            dce_tcp_g: 1019,
-            dce_tcp_rtt: 1,
+            dce_tcp_g: 1020,
+            dce_tcp_rtt: 55,
             rate_reduce_monitor_period: 4,
             initial_alpha_value: 1023,
             clamp_tgt_rate: false,
@@ -284,8 +288,9 @@ pub(crate) struct Rp {
     /// A CNP arrived within the monitor period after the last cut: cut when it ends.
     cut_pending: bool,
     last_inc: Option<IncSource>,
-    /// The pacer is free from this time on, ns.
-    free_at: f64,
+    /// Pacer bucket, bytes (negative: owed), as of `tokens_at` (ns).
+    tokens: f64,
+    tokens_at: u64,
     cuts: u64,
     cnps: u64,
     increases: u64,
@@ -311,7 +316,8 @@ impl Rp {
             last_cut: None,
             cut_pending: false,
             last_inc: None,
-            free_at: 0.0,
+            tokens: 0.0,
+            tokens_at: 0,
             cuts: 0,
             cnps: 0,
             increases: 0,
@@ -349,9 +355,11 @@ impl Rp {
                 (_, Some(c)) if c <= now && timer.is_none_or(|t| c <= t) => {
                     self.cut_pending = false;
                     self.decay_alpha(cfg, c);
+                    self.fill(cfg, c);
                     self.cut(cfg, c);
                 }
                 (Some(t), _) if t <= now => {
+                    self.fill(cfg, t);
                     self.timer_at = t;
                     self.t_stage = self.t_stage.saturating_add(1);
                     self.increase(cfg, IncSource::Timer);
@@ -361,6 +369,15 @@ impl Rp {
         }
         if self.limited {
             self.decay_alpha(cfg, now);
+        }
+    }
+
+    /// Fills the pacer's bucket at the current rate up to `t` (before any rate change).
+    fn fill(&mut self, cfg: &DcqcnConfig, t: u64) {
+        if t > self.tokens_at {
+            let add = (t - self.tokens_at) as f64 * self.rc / 8_000.0;
+            self.tokens = (self.tokens + add).min(f64::from(cfg.pacing_burst_bytes));
+            self.tokens_at = t;
         }
     }
 
@@ -383,6 +400,7 @@ impl Rp {
     pub(crate) fn on_cnp(&mut self, cfg: &DcqcnConfig, now: Instant) {
         self.advance(cfg, now);
         let t = now.as_nanos();
+        self.fill(cfg, t);
         self.cnps += 1;
         if !self.limited {
             // The first CNP: the flow gets a rate limiter.
@@ -475,24 +493,41 @@ impl Rp {
         }
     }
 
-    /// May a paced packet leave at `now`?
+    /// May a paced packet leave at `now` (with the rate as of the last `advance`)?
     pub(crate) fn ready(&self, now: Instant) -> bool {
         self.next_send() <= now
     }
 
-    /// The earliest instant of the next paced packet.
+    /// The earliest instant of the next paced packet at the current rate (a rate increase
+    /// before then makes it earlier: see [`Rp::wakeup`]).
     pub(crate) fn next_send(&self) -> Instant {
-        Instant::from_nanos(self.free_at.ceil() as u64)
+        let wait = if self.tokens < 0.0 {
+            // bytes · 8 / (Mb/s) = µs; × 1000 = ns.
+            (-self.tokens * 8_000.0 / self.rc).ceil() as u64
+        } else {
+            0
+        };
+        Instant::from_nanos(self.tokens_at.saturating_add(wait))
+    }
+
+    /// When a QP waiting for its pacer should look again: at its send time, or at the
+    /// next timer rate increase if that comes first.
+    pub(crate) fn wakeup(&self, cfg: &DcqcnConfig) -> Instant {
+        let send = self.next_send();
+        let period = ns(cfg.rpg_time_reset);
+        if self.limited && period > 0 {
+            send.min(Instant::from_nanos(self.timer_at.saturating_add(period)))
+        } else {
+            send
+        }
     }
 
     /// A paced packet of `bytes` (IP header through ICRC) left at `now`.
     pub(crate) fn on_sent(&mut self, cfg: &DcqcnConfig, now: Instant, bytes: usize) {
         self.advance(cfg, now);
-        let t = now.as_nanos() as f64;
-        // bits / (Mb/s) = µs; × 1000 = ns.
-        let per_byte_ns = 8_000.0 / self.rc;
-        let credit = f64::from(cfg.pacing_burst_bytes) * per_byte_ns;
-        self.free_at = self.free_at.max(t - credit) + bytes as f64 * per_byte_ns;
+        self.fill(cfg, now.as_nanos());
+        // Sent at its time: rounding of `next_send` leaves no debt behind.
+        self.tokens = self.tokens.max(0.0) - bytes as f64;
         if self.limited && cfg.rpg_byte_reset > 0 {
             self.bytes += bytes as u64;
             let b = u64::from(cfg.rpg_byte_reset);
@@ -577,9 +612,9 @@ impl QpCc {
     }
 
     /// When `poll_timeout` should wake the caller for this QP's pacer.
-    pub(crate) fn wakeup(&self) -> Option<Instant> {
+    pub(crate) fn wakeup(&self, cfg: &DcqcnConfig) -> Option<Instant> {
         if self.blocked {
-            self.rp.as_ref().map(Rp::next_send)
+            self.rp.as_ref().map(|rp| rp.wakeup(cfg))
         } else {
             None
         }
@@ -674,7 +709,7 @@ mod tests {
         assert_eq!(d.ecn, ECN_ECT0);
         assert_eq!(
             (d.rpg_time_reset, d.rpg_byte_reset, d.rpg_threshold),
-            (300, 32767, 5)
+            (300, 10_000_000, 5)
         );
         assert_eq!((d.rpg_ai_rate, d.rpg_hai_rate, d.rpg_gd), (5, 50, 11));
         assert_eq!(
@@ -683,7 +718,7 @@ mod tests {
         );
         assert_eq!(
             (d.dce_tcp_g, d.dce_tcp_rtt, d.initial_alpha_value),
-            (1019, 1, 1023)
+            (1020, 55, 1023)
         );
         assert_eq!(
             (d.rate_reduce_monitor_period, d.min_time_between_cnps),
@@ -691,7 +726,7 @@ mod tests {
         );
         assert_eq!((d.cnp_dscp, d.cnp_802p_prio), (48, 6));
         assert_eq!(d.max_rate(), 10_000.0);
-        assert_close(d.g(), 5.0 / 1024.0);
+        assert_close(d.g(), 1.0 / 256.0);
         let bad = [
             DcqcnConfig {
                 ecn: 0,
@@ -1058,14 +1093,37 @@ mod tests {
         assert_eq!(rp.next_send(), at(2 * US));
         // Idle for a long time: 2500 bytes of credit (2 µs) and no more.
         rp.on_sent(&c, at(100 * US), 1_250);
-        assert_eq!(rp.next_send(), at(99 * US));
+        assert!(rp.ready(at(100 * US)));
         rp.on_sent(&c, at(100 * US), 1_250);
+        assert!(rp.ready(at(100 * US)));
         rp.on_sent(&c, at(100 * US), 1_250);
         assert_eq!(rp.next_send(), at(101 * US));
         // After a cut to 5 Gb/s the same packet takes 2 µs.
         rp.on_cnp(&c, at(101 * US));
         rp.on_sent(&c, at(101 * US), 1_250);
         assert_eq!(rp.next_send(), at(103 * US));
+    }
+
+    #[test]
+    fn a_rate_increase_shortens_the_wait_of_a_packet_paced_at_a_lower_rate() {
+        let c = DcqcnConfig {
+            pacing_burst_bytes: 0,
+            ..cfg()
+        };
+        let mut rp = Rp::new(&c);
+        rp.on_cnp(&c, at(0));
+        assert_close(rp.state().current_rate, 5_000.0);
+        // 1.25 MB at 5000 Mb/s: 2 ms, but the timer raises the rate after 100 µs, so the
+        // caller is told to look again then.
+        rp.on_sent(&c, at(0), 1_250_000);
+        assert_eq!(rp.next_send(), at(2_000 * US));
+        assert_eq!(rp.wakeup(&c), at(100 * US));
+        // 100 µs at 5000 Mb/s paid 62500 bytes; the rest goes at 7500 Mb/s.
+        rp.advance(&c, at(100 * US));
+        assert_close(rp.state().current_rate, 7_500.0);
+        let rest = (1_187_500.0f64 * 8_000.0 / 7_500.0).ceil() as u64;
+        assert_eq!(rp.next_send(), at(100 * US + rest));
+        assert_eq!(rp.wakeup(&c), at(200 * US));
     }
 
     #[test]

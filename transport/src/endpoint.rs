@@ -773,7 +773,7 @@ impl Endpoint {
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.qps
             .values()
-            .filter_map(|q| match (q.next_timeout(), q.cc.wakeup()) {
+            .filter_map(|q| match (q.next_timeout(), q.cc.wakeup(&self.dcqcn)) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             })

@@ -130,6 +130,8 @@ pub struct QueueStats {
     pub marked: u64,
     /// Largest backlog a packet found, bytes.
     pub max_backlog: u64,
+    /// Backlog the latest packet found, bytes.
+    pub backlog: u64,
     /// Bytes delivered to the destination after the queue, per source node.
     pub bytes_out: Vec<u64>,
 }
@@ -408,6 +410,7 @@ impl Sim {
         let backlog = u64::try_from(u128::from(backlog_ns) * u128::from(m.q.rate) / 1_000_000_000)
             .unwrap_or(u64::MAX);
         m.stats.max_backlog = m.stats.max_backlog.max(backlog);
+        m.stats.backlog = backlog;
         if backlog + len > m.q.buffer {
             m.stats.dropped += 1;
             return;
