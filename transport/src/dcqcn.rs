@@ -5,8 +5,13 @@
 //! the other two:
 //!
 //! * **Notification point** (receiver): a request or response arriving with CE makes the
-//!   receiving QP send a CNP (BTH opcode 0x81, BECN set, 16 reserved zero bytes) to the QP
-//!   that sent the marked packet, at most one per QP every `min_time_between_cnps`.
+//!   receiving QP send a CNP (BTH opcode 0x81, default P_Key, PSN 0, BECN set, 16 reserved
+//!   zero bytes, ICRC; IP DSCP `cnp_dscp`, not ECN-capable) to the QP that sent the marked
+//!   packet (a connected QP's `dest_qp_num`; for UD the DETH source QP, at the packet's
+//!   source address), at most one per QP every `min_time_between_cnps`.
+//! * **ECN**: every other packet of a QP with congestion control leaves with the ECN bits
+//!   `ecn` (ECT(0)) and the DSCP of its address vector (`traffic_class >> 2`); without
+//!   congestion control the traffic class goes out unchanged, as before.
 //! * **Reaction point** (sender): a per-QP rate limiter. The QP may not send a paced
 //!   packet (requests, READ responses) before its pacing time; ACKs, NAKs, atomic ACKs and
 //!   CNPs are never held back. The rate follows the DCQCN equations below.
@@ -45,7 +50,8 @@
 //!
 //! Time-driven events (timer stages, α decay, a deferred cut) are replayed in time order
 //! when the QP is next looked at, so the state does not depend on how often the caller
-//! polls, and the engine needs no per-QP timers beyond the pacing time.
+//! polls, and the engine needs no timers but the pacer's: `poll_timeout` names the send
+//! time of a QP held back, or its next timer rate increase if that comes first.
 
 use std::collections::VecDeque;
 
@@ -98,8 +104,8 @@ pub struct DcqcnConfig {
     pub rpg_time_reset: u32,
     /// Byte counter period, bytes sent between rate increase events (0: no byte
     /// counter). Default 10 MB, the DCQCN paper's B (ConnectX: 32767, a stage every
-    /// 26 µs at 10 Gb/s: in the convergence test, recovery then outran the feedback
-    /// and the queue overflowed).
+    /// 26 µs at 10 Gb/s; with it and ConnectX's α timing the convergence test's queue
+    /// overflows: recovery outruns the feedback).
     pub rpg_byte_reset: u32,
     /// F: rate increase events per counter spent in fast recovery before additive
     /// increase. Default 5, the paper's F (ConnectX: 1).
@@ -126,8 +132,9 @@ pub struct DcqcnConfig {
     /// (ConnectX: 1019, g = 5/1024).
     pub dce_tcp_g: u32,
     /// α decay period, µs (0: α never decays). Default 55, the DCQCN paper's K
-    /// (ConnectX: 1, which in the convergence test let α forget congestion between
-    /// episodes and the queue overflow).
+    /// (ConnectX: 1; α then forgets congestion within a fraction of a millisecond, and
+    /// the convergence test's fairness falls to 0.95, its queue overflows when the
+    /// ConnectX byte counter is used too).
     pub dce_tcp_rtt: u32,
     /// Minimum time between two cuts of one QP, µs. Default 4 (ConnectX: 4).
     pub rate_reduce_monitor_period: u32,
@@ -140,8 +147,9 @@ pub struct DcqcnConfig {
     /// the previous cut came from the timer. Default true (ConnectX: true).
     pub clamp_tgt_rate_after_time_inc: bool,
     /// Notification point: minimum time between two CNPs of one QP, µs (0: a CNP for
-    /// every marked packet). Default 4, as ConnectX-4 and later firmware document it
-    /// (older firmware and some deployments use 0; the paper's N is 50).
+    /// every marked packet). Default 4, the ConnectX default in published tuning tables
+    /// (deployments tune it to 0-2; the DCQCN paper's N is 50). The convergence test
+    /// passes with 4 and with 50.
     pub min_time_between_cnps: u32,
     /// DSCP of CNPs (their ECN bits are always "not ECT"). Default 48 (ConnectX: 48).
     pub cnp_dscp: u8,
