@@ -2,4 +2,5 @@
 
 pub mod oob;
 pub mod ops;
+pub mod perftest;
 pub mod pingpong;
