@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 mod decode;
 mod devices;
 mod ops;
+mod perf;
 mod pingpong;
 
 /// A user-space RoCE v2 stack.
@@ -29,6 +30,9 @@ pub enum Command {
     UdPingpong(pingpong::PingPongArgs),
     /// Every RC operation (SEND, WRITE, READ, atomics, with immediate) against a peer, checked.
     RcOps(ops::OpsArgs),
+    /// perftest's ib_*_bw / ib_*_lat tests, same flags, exchange and output.
+    #[command(subcommand)]
+    Perf(perf::PerfCommand),
     /// Live demo without privileges: two devices on an in-memory wire run every RC operation.
     Demo(ops::DemoArgs),
     /// List RoCE devices (Ethernet interfaces with an address), like ibv_devices.
@@ -87,6 +91,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::UdPingpong(a) => pingpong::run(ferroce::verbs::QpType::Ud, a),
         Command::RcOps(a) => ops::run(a),
         Command::Demo(a) => ops::demo(a),
+        Command::Perf(c) => perf::run(c),
         Command::Devices => devices::devices(),
         Command::Devinfo(a) => devices::devinfo(a),
     }

@@ -1,11 +1,274 @@
-//! perftest's bandwidth and latency tests (`ib_write_bw`, `ib_read_bw`, `ib_send_bw`,
-//! `ib_atomic_bw`, `ib_write_lat`, `ib_read_lat`, `ib_send_lat`): its out-of-band protocol
-//! ([`exchange`]), its flags and defaults ([`params`]) and its tables ([`report`]).
+//! `ferroce perf`: perftest's bandwidth and latency tests (`ib_write_bw`, `ib_read_bw`,
+//! `ib_send_bw`, `ib_atomic_bw`, `ib_write_lat`, `ib_read_lat`, `ib_send_lat`) on the verbs
+//! API, speaking perftest's out-of-band protocol ([`exchange`]) with its flags and
+//! defaults ([`params`]) and printing its tables ([`report`]), so that either side of a
+//! run can be perftest (on rxe or a RoCE NIC) and the other ferroce.
 
 pub mod exchange;
 pub mod params;
 pub mod report;
 
+mod bw;
+mod lat;
+mod resources;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use ferroce_transport::{WcStatus, WorkCompletion};
+
+use crate::verbs::{CompletionQueue, Context, Error as VerbsError};
+use exchange::{Control, ExchangeError, KeyMsg, Script};
+use resources::Resources;
+
 pub use exchange::BwReport;
 pub use params::{AtomicOp, Conn, Kind, Options, Params, Test, Verb};
 pub use report::LatStats;
+
+/// The cycle buffer and cache line size this side announces (x86 page and line sizes).
+const CYCLE_BUFFER: u32 = 4096;
+const CACHE_LINE: u32 = 64;
+
+/// Why a run failed.
+#[derive(Debug)]
+pub enum PerfError {
+    /// Bad or inconsistent parameters.
+    Usage(String),
+    Verbs(VerbsError),
+    Exchange(ExchangeError),
+    Io(std::io::Error),
+    /// A work completion with an error status.
+    Completion {
+        what: &'static str,
+        status: WcStatus,
+        wr_id: u64,
+    },
+    /// Nothing happened for too long.
+    Timeout(String),
+}
+
+impl std::fmt::Display for PerfError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PerfError::Usage(m) => write!(f, "{m}"),
+            PerfError::Verbs(e) => write!(f, "{e}"),
+            PerfError::Exchange(e) => write!(f, "{e}"),
+            PerfError::Io(e) => write!(f, "{e}"),
+            PerfError::Completion {
+                what,
+                status,
+                wr_id,
+            } => write!(
+                f,
+                "{what} completion with error: status {status:?}, QP index {wr_id}"
+            ),
+            PerfError::Timeout(m) => write!(f, "{m}; is the peer still running?"),
+        }
+    }
+}
+
+impl std::error::Error for PerfError {}
+
+impl From<VerbsError> for PerfError {
+    fn from(e: VerbsError) -> Self {
+        PerfError::Verbs(e)
+    }
+}
+impl From<ExchangeError> for PerfError {
+    fn from(e: ExchangeError) -> Self {
+        PerfError::Exchange(e)
+    }
+}
+impl From<std::io::Error> for PerfError {
+    fn from(e: std::io::Error) -> Self {
+        PerfError::Io(e)
+    }
+}
+
+/// One row of a latency table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LatRow {
+    pub size: u64,
+    pub iters: u64,
+    /// Iterations mode: the statistics.
+    pub stats: Option<LatStats>,
+    /// Duration mode: average latency in microseconds.
+    pub avg_usec: Option<f64>,
+}
+
+/// What a run printed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Outcome {
+    /// Rows of the bandwidth table (a server of an RDMA test prints its client's).
+    pub bw: Vec<BwReport>,
+    pub lat: Vec<LatRow>,
+}
+
+/// Everything the test loops need.
+struct Run<'a> {
+    p: &'a Params,
+    res: &'a Resources,
+    mine: &'a [KeyMsg],
+    theirs: &'a [KeyMsg],
+    mtu: ferroce_transport::Mtu,
+    script: Script,
+}
+
+/// A duration run's clock: warm-up (margin), sampling, cool-down (margin), end.
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    start: Instant,
+    margin: Duration,
+    total: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Warmup,
+    Sample,
+    Cooldown,
+    End,
+}
+
+impl Clock {
+    fn new(p: &Params) -> Option<Clock> {
+        p.duration.map(|total| Clock {
+            start: Instant::now(),
+            margin: p.margin,
+            total,
+        })
+    }
+
+    fn phase(&self, now: Instant) -> Phase {
+        let t = now.saturating_duration_since(self.start);
+        if t >= self.total {
+            Phase::End
+        } else if t < self.margin {
+            Phase::Warmup
+        } else if t < self.total - self.margin {
+            Phase::Sample
+        } else {
+            Phase::Cooldown
+        }
+    }
+
+    fn end(&self) -> Instant {
+        self.start + self.total
+    }
+
+    fn sample_secs(&self) -> f64 {
+        (self.total - 2 * self.margin).as_secs_f64()
+    }
+}
+
+/// Waits for one completion on `cq`. `Ok(None)` when `deadline` (a duration run's end)
+/// passes first; an error after `timeout` without a completion.
+fn next_wc(
+    cq: &CompletionQueue,
+    deadline: Option<Instant>,
+    timeout: Duration,
+    what: &'static str,
+) -> Result<Option<WorkCompletion>, PerfError> {
+    let give_up = Instant::now() + timeout;
+    let mut out = Vec::with_capacity(1);
+    loop {
+        if cq.poll(&mut out, 1) == 1 {
+            return Ok(out.pop());
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return Ok(None);
+        }
+        if now >= give_up {
+            return Err(PerfError::Timeout(format!(
+                "no {what} completion for {} s",
+                timeout.as_secs()
+            )));
+        }
+        let until = deadline.map_or(give_up, |d| d.min(give_up));
+        if let Some(wc) = cq.wait_one(until - now) {
+            return Ok(Some(wc));
+        }
+    }
+}
+
+/// Fails on a completion with an error status.
+fn check(wc: &WorkCompletion, what: &'static str) -> Result<(), PerfError> {
+    if wc.status == WcStatus::Success {
+        Ok(())
+    } else {
+        Err(PerfError::Completion {
+            what,
+            status: wc.status,
+            wr_id: wc.wr_id,
+        })
+    }
+}
+
+/// Runs one test on `ctx` as `o` says, printing perftest's output to `out`.
+pub fn run(ctx: &Context, o: &Options, out: &mut dyn Write) -> Result<Outcome, PerfError> {
+    let mut p = Params::derive(o).map_err(PerfError::Usage)?;
+    // Fail on a bad GID index before a peer is waiting for us.
+    ctx.source_gid(o.gid_index)?;
+    let mut ctl: Control<TcpStream> = match &o.server {
+        Some(server) => Control::connect(server, o.port, o.timeout)?,
+        None => {
+            writeln!(out, "{}", report::WAITING)?;
+            out.flush()?;
+            Control::accept(o.port, o.timeout)?
+        }
+    };
+    ctl.versions()?;
+    let (cycle, cache_line) = ctl.sys_data(CYCLE_BUFFER, CACHE_LINE)?;
+    let mtu = ctl.mtu(o.mtu.unwrap_or(ctx.attr().active_mtu))?;
+    p.fit_ud(mtu).map_err(PerfError::Usage)?;
+
+    let mut res = Resources::create(ctx, &p, o.gid_index, cycle as usize, cache_line as usize)?;
+    let info = report::Info {
+        params: &p,
+        device: &ctx.attr().name,
+        mtu,
+        gid_index: res.gid_index,
+    };
+    writeln!(out, "{}", report::test_info(&info))?;
+    let verb = p.test.verb;
+    let mine: Vec<KeyMsg> = (0..p.num_qps).map(|i| res.key(i, p.out_reads)).collect();
+    for k in &mine {
+        writeln!(out, "{}", report::address(true, k, verb))?;
+    }
+    out.flush()?;
+
+    let script = Script::of(p.test, p.num_qps);
+    let mut theirs = Vec::with_capacity(p.num_qps);
+    for k in &mine {
+        theirs.push(ctl.handshake(k)?);
+    }
+    let v4 = |k: &KeyMsg| k.gid.to_ipv4_mapped().is_some();
+    if v4(&mine[0]) != v4(&theirs[0]) {
+        return Err(PerfError::Usage(
+            "Found Incompatibility issue with GID types: use GIDs of the same IP version on both sides".into(),
+        ));
+    }
+    res.connect(&p, &mine, &theirs, mtu)?;
+    for k in &mine {
+        let t = ctl.handshake(k)?;
+        writeln!(out, "{}", report::address(false, &t, verb))?;
+    }
+    // After moving to RTR.
+    ctl.handshake(&mine[0])?;
+    out.flush()?;
+
+    let run = Run {
+        p: &p,
+        res: &res,
+        mine: &mine,
+        theirs: &theirs,
+        mtu,
+        script,
+    };
+    match p.test.kind {
+        Kind::Bw => bw::run(&run, ctl, out),
+        Kind::Lat => lat::run(&run, ctl, out),
+    }
+}

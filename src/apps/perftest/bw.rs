@@ -1,0 +1,235 @@
+//! Bandwidth tests. The client keeps up to tx-depth messages in flight on every QP and
+//! times each post and completion; a SEND server counts what arrives; the server of an
+//! RDMA test only offers its memory, waits for the client to finish and prints the
+//! client's result.
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::Instant;
+
+use super::exchange::{BwReport, Control, PerSize};
+use super::params::{Conn, Verb};
+use super::report::{self, RESULT_LINE};
+use super::{check, next_wc, Clock, Outcome, PerfError, Phase, Run};
+
+/// Longest wait for the messages still in flight when a duration run ends.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+pub(super) fn run(
+    r: &Run<'_>,
+    mut ctl: Control<TcpStream>,
+    out: &mut dyn Write,
+) -> Result<Outcome, PerfError> {
+    let p = r.p;
+    let max = if p.conn == Conn::Ud {
+        u64::from(r.mtu.bytes())
+    } else {
+        p.max_size()
+    };
+    let sizes = p.sizes(max);
+    let mut outcome = Outcome::default();
+    writeln!(out, "{RESULT_LINE}\n{}", report::bw_header(p.gbits))?;
+    out.flush()?;
+
+    if p.test.verb == Verb::Send {
+        for (k, &size) in sizes.iter().enumerate() {
+            if !p.client {
+                r.res.post_recvs(p, p.rx_depth, size)?;
+            }
+            // Before each size (the first one's is the last of the script's `before`).
+            ctl.handshake(&r.mine[0])?;
+            let (rep, gave_up) = if p.client {
+                (requester(r, size)?, false)
+            } else {
+                receiver(r, size)?
+            };
+            writeln!(out, "{}", report::bw_row(&rep, p.gbits))?;
+            out.flush()?;
+            outcome.bw.push(rep);
+            if p.all_sizes && r.script.per_size == PerSize::BeforeAndAfter {
+                ctl.handshake(&r.mine[0])?;
+            }
+            if gave_up && k + 1 < sizes.len() {
+                break;
+            }
+        }
+        writeln!(out, "{RESULT_LINE}")?;
+        ctl.finish(&r.mine[0])?;
+        return Ok(outcome);
+    }
+
+    if p.client {
+        let mut last = BwReport::default();
+        for &size in &sizes {
+            last = requester(r, size)?;
+            writeln!(out, "{}", report::bw_row(&last, p.gbits))?;
+            out.flush()?;
+            outcome.bw.push(last);
+        }
+        writeln!(out, "{RESULT_LINE}")?;
+        ctl.handshake(&r.mine[0])?;
+        ctl.bw_reports(&last)?;
+        ctl.finish(&r.mine[0])?;
+    } else {
+        // The client runs as long as it takes.
+        ctl.set_read_timeout(None)?;
+        ctl.handshake(&r.mine[0])?;
+        ctl.set_read_timeout(Some(p.timeout))?;
+        let theirs = ctl.bw_reports(&BwReport::default())?;
+        writeln!(out, "{}", report::bw_row(&theirs, p.gbits))?;
+        outcome.bw.push(theirs);
+        ctl.finish(&r.mine[0])?;
+        writeln!(out, "{RESULT_LINE}")?;
+    }
+    Ok(outcome)
+}
+
+/// Posts messages of `size` bytes on every QP, up to tx-depth in flight each, for the
+/// iterations or the duration of the run.
+fn requester(r: &Run<'_>, size: u64) -> Result<BwReport, PerfError> {
+    let (p, res) = (r.p, r.res);
+    let q = res.qps.len();
+    let wrs: Vec<_> = (0..q)
+        .map(|i| res.send_wr(p, i, size, &r.theirs[i]))
+        .collect();
+    let iters = p.iters as usize;
+    let total = iters * q;
+    let clock = Clock::new(p);
+    let timed = clock.is_none();
+    let (mut posted, mut completed) = if timed {
+        (Vec::with_capacity(total), Vec::with_capacity(total))
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let (mut scnt, mut ccnt) = (vec![0usize; q], vec![0usize; q]);
+    let (mut tot_s, mut tot_c, mut sampled) = (0usize, 0usize, 0u64);
+    let mut wcs = Vec::with_capacity(64);
+    let mut drain_until = None;
+    loop {
+        let ended = clock.is_some_and(|c| c.phase(Instant::now()) == Phase::End);
+        if !ended {
+            for i in 0..q {
+                while scnt[i] - ccnt[i] < p.tx_depth && (!timed || scnt[i] < iters) {
+                    if timed {
+                        posted.push(Instant::now());
+                    }
+                    res.qps[i].post_send(&wrs[i])?;
+                    scnt[i] += 1;
+                    tot_s += 1;
+                }
+            }
+        }
+        if (timed && tot_c == total) || (ended && tot_c == tot_s) {
+            break;
+        }
+        wcs.clear();
+        if res.send_cq.poll(&mut wcs, 64) == 0 {
+            let deadline = match clock {
+                Some(c) if !ended => Some(c.end()),
+                Some(_) => Some(*drain_until.get_or_insert_with(|| Instant::now() + DRAIN)),
+                None => None,
+            };
+            match next_wc(&res.send_cq, deadline, p.timeout, "send")? {
+                Some(wc) => wcs.push(wc),
+                None if ended => break,
+                None => continue,
+            }
+            res.send_cq.poll(&mut wcs, 63);
+        }
+        let now = Instant::now();
+        for wc in &wcs {
+            check(wc, "send")?;
+            let i = (wc.wr_id as usize).min(q - 1);
+            ccnt[i] += 1;
+            tot_c += 1;
+            if timed {
+                completed.push(now);
+            } else if clock.is_some_and(|c| c.phase(now) == Phase::Sample) {
+                sampled += 1;
+            }
+        }
+    }
+    Ok(match clock {
+        Some(c) => report::bw_report_duration(size, sampled, c.sample_secs(), p.gbits),
+        None => report::bw_report(size, &posted, &completed, p.no_peak, p.gbits),
+    })
+}
+
+/// A SEND server: counts the messages of `size` bytes arriving on every QP, reposting
+/// receives as perftest does. On UC and UD, where lost messages never come, it stops after
+/// the timeout without a message and reports what arrived (`true` in the result).
+fn receiver(r: &Run<'_>, size: u64) -> Result<(BwReport, bool), PerfError> {
+    let (p, res) = (r.p, r.res);
+    let cq = res.recv_cq.as_ref().expect("SEND tests have a receive CQ");
+    let q = res.qps.len();
+    let iters = p.iters as usize;
+    let total = (iters * q) as u64;
+    let recv: Vec<_> = (0..q).map(|i| res.recv_wr(p, i, size)).collect();
+    let mut rcnt_q = vec![0usize; q];
+    let (mut rcnt, mut sampled) = (0u64, 0u64);
+    let mut first: Option<Instant> = None;
+    let mut last = Instant::now();
+    let mut clock: Option<Clock> = None;
+    let mut wcs = Vec::with_capacity(64);
+    let mut gave_up = false;
+    loop {
+        let now = Instant::now();
+        match clock {
+            Some(c) if c.phase(now) == Phase::End => break,
+            None if p.duration.is_none() && rcnt == total => break,
+            _ => {}
+        }
+        wcs.clear();
+        if cq.poll(&mut wcs, 64) == 0 {
+            match next_wc(cq, clock.map(|c| c.end()), p.timeout, "receive") {
+                Ok(Some(wc)) => wcs.push(wc),
+                Ok(None) => continue,
+                Err(PerfError::Timeout(_)) if p.conn != Conn::Rc && first.is_some() => {
+                    // perftest's "check alive": report what came.
+                    eprintln!(
+                        " Did not get Message for {} Seconds, exiting..\n Total Received={rcnt}, Total Iters Required={total}",
+                        p.timeout.as_secs()
+                    );
+                    gave_up = true;
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+            cq.poll(&mut wcs, 63);
+        }
+        let now = Instant::now();
+        if first.is_none() {
+            first = Some(now);
+            if p.duration.is_some() {
+                clock = Clock::new(p);
+            }
+        }
+        for wc in &wcs {
+            check(wc, "receive")?;
+            let i = (wc.wr_id as usize).min(q - 1);
+            rcnt_q[i] += 1;
+            rcnt += 1;
+            if clock.is_some_and(|c| c.phase(now) == Phase::Sample) {
+                sampled += 1;
+            }
+            if p.duration.is_some() || rcnt_q[i] + p.rx_depth <= iters {
+                res.qps[i].post_recv(&recv[i])?;
+            }
+        }
+        last = now;
+    }
+    let rep = match (clock, first) {
+        (Some(c), _) => report::bw_report_duration(size, sampled, c.sample_secs(), p.gbits),
+        (None, Some(f)) => report::bw_report_duration(
+            size,
+            rcnt,
+            last.saturating_duration_since(f).as_secs_f64(),
+            p.gbits,
+        ),
+        (None, None) => BwReport {
+            size,
+            ..BwReport::default()
+        },
+    };
+    Ok((rep, gave_up))
+}
