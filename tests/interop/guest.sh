@@ -10,6 +10,8 @@ case ",$PARTS," in *,netns,*)
 esac
 case ",$PARTS," in *,interop,*)
   echo "===== interop: ferroce <-> Linux rxe ====="
-  bash "$tests/interop/rxe_pingpong.sh" "$F" "$MODE" || rc=1 ;;
+  bash "$tests/interop/rxe_pingpong.sh" "$F" "$MODE" || rc=1
+  echo "===== perftest: ferroce perf <-> perftest on Linux rxe ====="
+  bash "$tests/interop/rxe_perftest.sh" "$F" "$MODE" || rc=1 ;;
 esac
 exit $rc

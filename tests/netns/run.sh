@@ -1,7 +1,8 @@
 #!/bin/bash
 # ferroce to ferroce between two network namespaces joined by a veth pair on this host (no
 # VM): every RC operation with the data checked byte for byte (`ferroce rc-ops`), the
-# pingpong tools, then the same under tc netem loss, reordering and duplication.
+# pingpong tools, `ferroce perf` (perftest's write_bw and send_lat), then the same under
+# tc netem loss, reordering and duplication.
 #   tests/netns/run.sh [FERROCE_BINARY]      (needs root: namespaces, veth, tc)
 # Prints PASS/FAIL lines and "netns: N passed, M failed"; exit 0 iff all pass.
 set -u
@@ -23,6 +24,9 @@ pass=0 fail=0
 
 wait_port() { for _ in $(seq 1 100); do ip netns exec "$1" ss -ltn | grep -q ":$2\b" && return 0; sleep 0.05; done; return 1; }
 
+# One line of a client's output: rc-ops' and pingpong's last line, or perftest's result row.
+summary() { grep -hE 'verified in|usec/iter' "$1" | head -1; awk '/^ #bytes/ { getline; print; exit }' "$1" | tr -s ' \t' ' '; }
+
 # case NAME PORT SERVER_CMD... -- CLIENT_CMD...
 case_() {
   local name=$1 port=$2; shift 2
@@ -32,7 +36,7 @@ case_() {
   local sp=$!
   wait_port $B "$port"
   if ip netns exec $A timeout 120 "$F" "${cli[@]}" --stats 10.88.0.2 >"$out/$name.client" 2>&1 && wait $sp; then
-    pass=$((pass + 1)); echo "PASS $name: $(grep -hE 'verified in|usec/iter' "$out/$name.client" | head -1)"
+    pass=$((pass + 1)); echo "PASS $name: $(summary "$out/$name.client")"
   else
     wait $sp 2>/dev/null; fail=$((fail + 1)); echo "FAIL $name"; tail -n 5 "$out/$name.client" "$out/$name.server" | sed 's/^/    /'
   fi
@@ -43,6 +47,9 @@ run_all() {  # SUFFIX
   case_ "rc-ops$1" 18516 rc-ops -d veth-b -s 65536 -n "${2:-20}" -- rc-ops -d veth-a -s 65536 -n "${2:-20}" --pcap "$out/rc-ops$1.pcap"
   case_ "rc-ops-small$1" 18516 rc-ops -d veth-b -s 1 -n 50 -- rc-ops -d veth-a -s 1 -n 50
   case_ "rc-pingpong$1" 18515 rc-pingpong -d veth-b -n 200 -s 4096 -c -- rc-pingpong -d veth-a -n 200 -s 4096 -c
+  # perftest's tools: a bandwidth run with 2 QPs, a latency run.
+  case_ "perf-write-bw$1" 18515 perf write-bw -d veth-b -n 100 -s 16384 -q 2 -- perf write-bw -d veth-a -n 100 -s 16384 -q 2
+  case_ "perf-send-lat$1" 18515 perf send-lat -d veth-b -n 100 -s 1024 -- perf send-lat -d veth-a -n 100 -s 1024
 }
 
 run_all ""
