@@ -136,9 +136,17 @@ const WRITE: u64 = 2;
 const WRITE2: u64 = 3;
 const READ_SRC: u64 = 4;
 
-/// Offset of the 8-byte atomic target in the server's region (8-byte aligned).
-fn atomic_offset(size: usize) -> usize {
-    (2 * size).next_multiple_of(8)
+/// Offset of iteration `iter`'s WRITE-with-immediate slot in the server's region. Each
+/// iteration has its own, so the server can check one after its completion even when the
+/// client has moved on (a shared target could already hold the next iteration's bytes).
+fn write_imm_offset(size: usize, iter: usize) -> usize {
+    (2 + iter) * size
+}
+
+/// Offset of the 8-byte atomic target in the server's region (8-byte aligned), after the
+/// write target, the read source and `iters` WRITE-with-immediate slots.
+fn atomic_offset(size: usize, iters: usize) -> usize {
+    write_imm_offset(size, iters).next_multiple_of(8)
 }
 
 /// The initial value of the atomic target.
@@ -300,10 +308,10 @@ pub fn serve(
     let (size, iters, seed) = (theirs.size, theirs.iters, theirs.seed);
 
     let pd = ctx.alloc_pd()?;
-    let region = atomic_offset(size) + 8;
+    let region = atomic_offset(size, iters) + 8;
     let mut init = vec![0u8; region];
     init[size..2 * size].copy_from_slice(&pattern(seed, READ_SRC, 0, size));
-    init[atomic_offset(size)..].copy_from_slice(&atomic_start(seed).to_le_bytes());
+    init[atomic_offset(size, iters)..].copy_from_slice(&atomic_start(seed).to_le_bytes());
     let target = pd.reg_mr_with(
         init,
         Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
@@ -375,7 +383,7 @@ pub fn serve(
                     });
                 }
                 let mut now = vec![0u8; size];
-                target.read(0, &mut now)?;
+                target.read(write_imm_offset(size, iter), &mut now)?;
                 let want = pattern(seed, WRITE2, iter, size);
                 if now != want {
                     return Err(OpsError::Mismatch {
@@ -480,7 +488,7 @@ pub fn client(
         side.qp.post_send(&wr::rdma_write_with_imm(
             id,
             src.sge(0, size),
-            raddr,
+            raddr + write_imm_offset(size, i) as u64,
             rkey,
             0x2000 + i as u32,
         ))?;
@@ -504,7 +512,7 @@ pub fn client(
         }
         report.add("RDMA_READ", size as u64);
 
-        let atomic = raddr + atomic_offset(size) as u64;
+        let atomic = raddr + atomic_offset(size, iters) as u64;
         side.qp
             .post_send(&wr::fetch_add(id, dst.sge(0, 8), atomic, rkey, 1))?;
         wait(&side.cq, "FETCH_ADD", t)?;
@@ -542,7 +550,7 @@ pub fn client(
     side.qp.post_send(&wr::rdma_read(
         0,
         dst.sge(0, 8),
-        raddr + atomic_offset(size) as u64,
+        raddr + atomic_offset(size, iters) as u64,
         rkey,
     ))?;
     wait(&side.cq, "RDMA_READ", t)?;
