@@ -19,8 +19,8 @@ fi
 echo "rxe0 GID index $G; ferroce: $("$F" --version); $(ib_write_bw --version 2>&1 | head -1)"
 pass=0 fail=0
 
-# The result row under a table header: the line after the one starting with " #bytes".
-row() { awk '/^ #bytes/ { getline; print; exit }' "$1"; }
+# The (last) result row of the table under the " #bytes" header.
+row() { awk '/^ #bytes/ { t = 1; next } t && /^ [0-9]/ { r = $0 } /^---/ && t { exit } END { print r }' "$1"; }
 # Field N of the result row, 0 when missing.
 field() { row "$1" | awk -v n="$2" '{ print ($n == "" ? 0 : $n) }'; }
 positive() { awk -v x="$1" 'BEGIN { exit !(x + 0 > 0) }'; }
@@ -46,7 +46,7 @@ run_case() {
 
 attempt_case() {
   local name=$1 tool=$2 role=$3; shift 3
-  local flags="$*" log="$OUT/logs/perftest-$name" ok=1
+  local flags="$*" log="$OUT/logs/perftest-$name" ok=1 rc
   local sub=${tool//_/-}
   why=""
   rm -f "$OUT/pcaps/perftest-$name.pcap"
@@ -54,14 +54,14 @@ attempt_case() {
     ip netns exec peer timeout 120 "$F" perf "$sub" -d vethP $flags $fx --stats --pcap "$OUT/pcaps/perftest-$name.pcap" >"$log.ferroce" 2>&1 &
     local sp=$!
     wait_port 18515 peer || { ok=0; why="no ferroce server"; }
-    timeout 120 "ib_$tool" -d rxe0 -x "$G" $flags 10.77.0.1 >"$log.perftest" 2>&1 || { ok=0; why="perftest client exit $?"; }
-    wait $sp || { ok=0; why="${why:-ferroce server exit $?}"; }
+    timeout 120 "ib_$tool" -d rxe0 -x "$G" $flags 10.77.0.1 >"$log.perftest" 2>&1 || { rc=$?; ok=0; why="perftest client exit $rc"; }
+    wait $sp || { rc=$?; ok=0; why="${why:-ferroce server exit $rc}"; }
   else
     timeout 120 "ib_$tool" -d rxe0 -x "$G" $flags >"$log.perftest" 2>&1 &
     local sp=$!
     wait_port 18515 || { ok=0; why="no perftest server"; }
-    ip netns exec peer timeout 120 "$F" perf "$sub" -d vethP $flags $fx --stats --pcap "$OUT/pcaps/perftest-$name.pcap" 10.77.0.2 >"$log.ferroce" 2>&1 || { ok=0; why="ferroce client exit $?"; }
-    wait $sp || { ok=0; why="${why:-perftest server exit $?}"; }
+    ip netns exec peer timeout 120 "$F" perf "$sub" -d vethP $flags $fx --stats --pcap "$OUT/pcaps/perftest-$name.pcap" 10.77.0.2 >"$log.ferroce" 2>&1 || { rc=$?; ok=0; why="ferroce client exit $rc"; }
+    wait $sp || { rc=$?; ok=0; why="${why:-perftest server exit $rc}"; }
   fi
   # Both print perftest's table; the client a positive figure: BW average (column 4) or
   # t_typical (column 5; t_avg, column 3, in duration mode).
