@@ -14,6 +14,8 @@ pub const MIN_ITERS: u64 = 5;
 pub const MAX_ITERS: u64 = 100_000_000;
 /// Largest `-s` ferroce accepts (its buffers are plain memory).
 pub const MAX_MSG: u64 = 1 << 30;
+/// Most memory a run registers (perftest's layout: two buffers per QP).
+pub const MAX_BUFFERS: u64 = 4 << 30;
 /// Default receive depth of SEND tests.
 pub const DEF_RX_SEND: usize = 512;
 /// Receive depth limit applied to UC/UD receivers.
@@ -311,6 +313,18 @@ impl Params {
             return Err("outstanding reads (-o) must be at least 1".into());
         }
 
+        let largest = if o.all_sizes {
+            MAX_SIZE
+        } else {
+            o.size.unwrap_or(65536)
+        };
+        if 2 * o.num_qps as u64 * largest.max(4096) > MAX_BUFFERS {
+            return Err(format!(
+                "2 x {} QPs x {largest}-byte buffers exceed {} GiB",
+                o.num_qps,
+                MAX_BUFFERS >> 30
+            ));
+        }
         let size = match (t.verb, o.size) {
             (Verb::Atomic, _) => 8,
             (_, Some(s)) => s,
@@ -507,6 +521,11 @@ mod tests {
             Options {
                 num_qps: 2,
                 ..client(Test::WRITE_LAT)
+            },
+            Options {
+                num_qps: 512,
+                size: Some(8 << 20),
+                ..client(Test::WRITE_BW)
             },
         ];
         for o in bad {
