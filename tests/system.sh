@@ -17,7 +17,7 @@ mode=${1:-full}
 out=$root/target/system
 rm -rf "$out"; mkdir -p "$out"
 (cd "$root" && cargo build --release --quiet --bin ferroce) || exit 1
-bin=$root/target/release/ferroce
+bin=${CARGO_TARGET_DIR:-$root/target}/release/ferroce
 "$here/interop/rxe-vm/build.sh" >"$out/build.log" 2>&1 || { cat "$out/build.log"; exit 1; }
 
 host_has_netem() {
