@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use ferroce_transport::{Endpoint, Instant};
-use ferroce_wire::{EthernetRepr, Frame};
+use ferroce_wire::{split_link, EthernetRepr};
 
 use crate::capture::PcapSink;
 use crate::net::eventfd::{poll_readable, EventFd};
@@ -35,7 +35,7 @@ const TX_BATCH: usize = 64;
 /// Counters of the driver itself (frames the transport never saw).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct DriverCounters {
-    /// Received frames that are not well-formed RoCE v2 (the kernel filter lets few through).
+    /// Received frames that are not IPv4/IPv6 over Ethernet (the transport counts the rest).
     pub rx_not_roce: u64,
     /// Transmissions dropped because the destination's MAC address is unknown.
     pub tx_no_neighbour: u64,
@@ -58,6 +58,8 @@ pub struct Shared {
     stop: AtomicBool,
     epoch: std::time::Instant,
     pcap: Mutex<Option<PcapSink<io::BufWriter<std::fs::File>>>>,
+    /// Whether `pcap` holds a sink: spares the lock on every frame when not recording.
+    recording: AtomicBool,
     counters: Mutex<DriverCounters>,
     /// Frame buffer for transmission; only used with the endpoint locked.
     tx_buf: Mutex<Vec<u8>>,
@@ -185,6 +187,7 @@ impl Shared {
     /// Starts recording every frame sent and received to `path`.
     pub fn start_pcap(&self, path: &Path) -> io::Result<()> {
         *self.pcap.lock().expect("pcap lock") = Some(PcapSink::create(path)?);
+        self.recording.store(true, Ordering::SeqCst);
         Ok(())
     }
 
@@ -211,6 +214,9 @@ impl Shared {
     }
 
     fn record(&self, frame: &[u8]) {
+        if !self.recording.load(Ordering::Relaxed) {
+            return;
+        }
         let mut p = self.pcap.lock().expect("pcap lock");
         if let Some(sink) = p.as_mut() {
             let ts = std::time::SystemTime::now()
@@ -219,6 +225,7 @@ impl Shared {
             if let Err(e) = sink.write(ts, frame) {
                 tracing::warn!(error = %e, "pcap write failed; recording stopped");
                 *p = None;
+                self.recording.store(false, Ordering::SeqCst);
             }
         }
     }
@@ -245,6 +252,7 @@ impl Driver {
             stop: AtomicBool::new(false),
             epoch: std::time::Instant::now(),
             pcap: Mutex::new(None),
+            recording: AtomicBool::new(false),
             counters: Mutex::new(DriverCounters::default()),
             tx_buf: Mutex::new(vec![0u8; MAX_FRAME]),
             planned_wakeup: AtomicU64::new(0),
@@ -300,8 +308,9 @@ fn run(s: &Shared) {
                         n += 1;
                         let frame = &rx[..len];
                         s.record(frame);
-                        match Frame::parse(frame) {
-                            Ok(f) => ep.handle_packet(s.now(), f.datagram.ip_packet()),
+                        // The transport parses, verifies and counts the datagram itself.
+                        match split_link(frame) {
+                            Ok((_, _, ip)) => ep.handle_packet(s.now(), ip),
                             Err(e) => {
                                 tracing::trace!(error = %e, "dropped a non-RoCE frame");
                                 s.counters.lock().expect("counter lock").rx_not_roce += 1;

@@ -388,24 +388,9 @@ impl Endpoint {
 
     /// ibv_modify_qp: applies the attributes in `mask`, checking the transition table.
     pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
-        let Endpoint {
-            qps,
-            mrs,
-            srqs,
-            cqs,
-            counters,
-            config,
-            ..
-        } = self;
-        let qp = qps.get_mut(&qpn).ok_or(Error::InvalidQp(qpn))?;
-        let mut ctx = Ctx {
-            mrs,
-            srqs,
-            cqs,
-            counters,
-            now: Instant::ZERO,
-        };
-        qp.modify(&mut ctx, attr, mask, &config.local_gids, config.port_mtu)
+        self.with_qp(qpn, Instant::ZERO, |qp, ctx, cfg| {
+            qp.modify(ctx, attr, mask, &cfg.local_gids, cfg.port_mtu)
+        })?
     }
 
     /// ibv_query_qp: the current attributes (state included) and the creation attributes.

@@ -53,24 +53,33 @@ fn ip6_err(e: etherparse::err::ipv6::HeaderSliceError) -> Error {
     }
 }
 
+/// Splits an Ethernet frame (optionally 802.1Q-tagged) into its link headers and the IP
+/// packet behind them; only the EtherType is checked, not the IP packet. A receive path
+/// hands the IP packet on without parsing it twice.
+pub fn split_link(frame: &[u8]) -> Result<(Ethernet2Header, Option<SingleVlanHeader>, &[u8])> {
+    let (ethernet, mut rest) =
+        Ethernet2Header::from_slice(frame).map_err(|_| Error::Truncated(Layer::Ethernet))?;
+    let mut ether_type = ethernet.ether_type;
+    let mut vlan = None;
+    if ether_type == EtherType::VLAN_TAGGED_FRAME {
+        let (v, r) =
+            SingleVlanHeader::from_slice(rest).map_err(|_| Error::Truncated(Layer::Vlan))?;
+        ether_type = v.ether_type;
+        vlan = Some(v);
+        rest = r;
+    }
+    if ether_type != EtherType::IPV4 && ether_type != EtherType::IPV6 {
+        return Err(Error::NotIp(ether_type.0));
+    }
+    Ok((ethernet, vlan, rest))
+}
+
 impl<'a> Frame<'a> {
     /// Parses an Ethernet frame down to a checked IB transport packet. Trailing bytes past
     /// the IP length (Ethernet padding) are ignored; the ICRC is not verified here.
     pub fn parse(frame: &'a [u8]) -> Result<Frame<'a>> {
-        let (ethernet, mut rest) =
-            Ethernet2Header::from_slice(frame).map_err(|_| Error::Truncated(Layer::Ethernet))?;
-        let mut ether_type = ethernet.ether_type;
-        let mut vlan = None;
-        if ether_type == EtherType::VLAN_TAGGED_FRAME {
-            let (v, r) =
-                SingleVlanHeader::from_slice(rest).map_err(|_| Error::Truncated(Layer::Vlan))?;
-            ether_type = v.ether_type;
-            vlan = Some(v);
-            rest = r;
-        }
-        if ether_type != EtherType::IPV4 && ether_type != EtherType::IPV6 {
-            return Err(Error::NotIp(ether_type.0));
-        }
+        let (ethernet, vlan, rest) = split_link(frame)?;
+        let ether_type = vlan.as_ref().map_or(ethernet.ether_type, |v| v.ether_type);
         let datagram = Datagram::parse(rest)?;
         let expected_v4 = matches!(datagram.ip, IpHeader::V4(_));
         if expected_v4 != (ether_type == EtherType::IPV4) {

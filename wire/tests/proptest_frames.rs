@@ -124,6 +124,30 @@ struct Spec {
 }
 
 impl Spec {
+    /// A plain IPv4 RC_SEND_ONLY between fixed addresses, for the hand-written cases.
+    fn fixed() -> Spec {
+        Spec {
+            eth: EthernetRepr {
+                src: [2; 6],
+                dst: [4; 6],
+                vlan: None,
+            },
+            ip: IpRepr::V4 {
+                src: Ipv4Addr::new(10, 0, 0, 1),
+                dst: Ipv4Addr::new(10, 0, 0, 2),
+                dscp: 0,
+                ecn: 0,
+                ttl: 64,
+                identification: 1,
+                dont_fragment: true,
+            },
+            src_port: 0xc000,
+            bth: BthRepr::new(Opcode::RC_SEND_ONLY, 0x11, Psn::new(5)),
+            ext: ExtRepr::default(),
+            payload: vec![],
+        }
+    }
+
     fn repr(&self) -> FrameRepr<'_> {
         FrameRepr {
             ethernet: self.eth,
@@ -287,21 +311,6 @@ proptest! {
 fn a_bad_pad_count_and_stray_payload_are_rejected() {
     // RC_ACKNOWLEDGE must carry no payload; RC_SEND_ONLY with pad 3 needs 3 payload bytes.
     let ack = Spec {
-        eth: EthernetRepr {
-            src: [2; 6],
-            dst: [4; 6],
-            vlan: None,
-        },
-        ip: IpRepr::V4 {
-            src: Ipv4Addr::new(10, 0, 0, 1),
-            dst: Ipv4Addr::new(10, 0, 0, 2),
-            dscp: 0,
-            ecn: 0,
-            ttl: 64,
-            identification: 1,
-            dont_fragment: true,
-        },
-        src_port: 0xc000,
         bth: BthRepr::new(Opcode::RC_ACKNOWLEDGE, 0x11, Psn::new(5)),
         ext: ExtRepr {
             aeth: Some(AethRepr {
@@ -311,6 +320,7 @@ fn a_bad_pad_count_and_stray_payload_are_rejected() {
             ..Default::default()
         },
         payload: vec![],
+        ..Spec::fixed()
     };
     let b = ack.bytes();
     let ib = 14 + 20 + 8;
@@ -340,24 +350,10 @@ fn a_bad_pad_count_and_stray_payload_are_rejected() {
 #[test]
 fn foreign_traffic_gets_specific_errors() {
     let mut s = Spec {
-        eth: EthernetRepr {
-            src: [2; 6],
-            dst: [4; 6],
-            vlan: None,
-        },
-        ip: IpRepr::V4 {
-            src: Ipv4Addr::new(10, 0, 0, 1),
-            dst: Ipv4Addr::new(10, 0, 0, 2),
-            dscp: 0,
-            ecn: 0,
-            ttl: 64,
-            identification: 1,
-            dont_fragment: true,
-        },
-        src_port: 0xc000,
         bth: BthRepr::new(Opcode::RC_SEND_ONLY, 0x11, Psn::new(5)),
         ext: ExtRepr::default(),
         payload: vec![1, 2, 3, 4],
+        ..Spec::fixed()
     };
     let good = s.bytes();
     let mut b = good.clone();
