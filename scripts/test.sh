@@ -4,7 +4,8 @@
 #   scripts/test.sh            format and lint checks, then all workspace tests
 #
 # Needs: the Rust toolchain (cargo), and root or sudo for apt-get on a machine without
-# tshark (Debian package `tshark`, the independent decoder the wire tests compare against).
+# tshark (Debian package `tshark`, the independent decoder the wire tests compare against)
+# or a font for the DCQCN plot (`fonts-dejavu-core`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,8 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 need_pkgs=""
 command -v tshark >/dev/null 2>&1 || need_pkgs="$need_pkgs tshark"
+# A TrueType font for the DCQCN test's plot (examples/dcqcn_report.rs).
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_pkgs="$need_pkgs fonts-dejavu-core"
 if [ -n "$need_pkgs" ]; then
   echo "[test] installing:$need_pkgs"
   if ! ls /var/lib/apt/lists/*_Packages >/dev/null 2>&1; then

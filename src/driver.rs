@@ -180,6 +180,11 @@ impl Shared {
     }
 
     /// Driver counters.
+    /// Frames the link dropped on receive (see [`Port::rx_drops`]).
+    pub fn port_rx_drops(&self) -> u64 {
+        self.port.rx_drops()
+    }
+
     pub fn driver_counters(&self) -> DriverCounters {
         *self.counters.lock().expect("counter lock")
     }

@@ -4,6 +4,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +26,10 @@ pub trait Port: Send + Sync + 'static {
     fn fd(&self) -> RawFd;
     /// The MAC address to send packets for `ip` to.
     fn resolve(&self, ip: IpAddr, timeout: Duration) -> Result<[u8; 6], neigh::ResolveError>;
+    /// Frames the link dropped on receive (a full socket buffer) since the port opened.
+    fn rx_drops(&self) -> u64 {
+        0
+    }
 }
 
 /// A real interface: AF_PACKET raw socket plus the UDP port guard.
@@ -33,6 +38,8 @@ pub struct PacketPort {
     iface: Interface,
     socket: RawSocket,
     _guards: Vec<PortGuard>,
+    /// Receive drops read so far (the kernel's counter resets on reading).
+    rx_drops: AtomicU64,
 }
 
 /// Why a real port could not be opened.
@@ -89,6 +96,7 @@ impl PacketPort {
             iface,
             socket,
             _guards: guards,
+            rx_drops: AtomicU64::new(0),
         })
     }
 
@@ -113,6 +121,10 @@ impl Port for PacketPort {
     }
     fn resolve(&self, ip: IpAddr, timeout: Duration) -> Result<[u8; 6], neigh::ResolveError> {
         neigh::resolve(self.iface.index, &self.iface.name, ip, timeout)
+    }
+    fn rx_drops(&self) -> u64 {
+        let new = self.socket.take_drops().unwrap_or(0);
+        self.rx_drops.fetch_add(new, Ordering::Relaxed) + new
     }
 }
 

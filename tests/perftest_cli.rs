@@ -70,6 +70,26 @@ fn refused_flags() {
         (&["perf", "write-bw", "-m", "1000"], "invalid MTU"),
         (&["perf", "write-bw", "-i", "2"], "port 2 does not exist"),
         (&["perf", "write-bw", "-d", "no-such-if9"], "no-such-if9"),
+        (
+            &["perf", "write-bw", "--dcqcn-param", "rpg_ai_rate=1"],
+            "--dcqcn-param needs --dcqcn",
+        ),
+        (
+            &["perf", "write-bw", "--dcqcn", "--dcqcn-param", "rpg_ai=1"],
+            "unknown DCQCN parameter \"rpg_ai\"; known: ecn, line_rate",
+        ),
+        (
+            &["perf", "write-bw", "--dcqcn", "--dcqcn-param", "rpg_gd"],
+            "write NAME=VALUE",
+        ),
+        (
+            &["perf", "write-bw", "--dcqcn", "--dcqcn-param", "line_rate=0"],
+            "invalid DCQCN parameter line_rate",
+        ),
+        (
+            &["perf", "write-bw", "--dcqcn", "--dcqcn-param", "rpg_min_rate=x"],
+            "is not a non-negative integer",
+        ),
     ];
     for (args, want) in cases {
         let err = fails(args);

@@ -2,10 +2,12 @@
 # System tests that need root and real kernel features:
 #   netns   ferroce <-> ferroce in two network namespaces over veth, also under tc netem
 #           (tests/netns/run.sh)
+#   dcqcn   two ferroce flows through a router namespace's htb + RED ECN bottleneck, DCQCN
+#           on and off: utilisation, fairness, marks not drops (tests/dcqcn/run.sh)
 #   interop ferroce <-> Linux rxe with rdma-core's ibv_*_pingpong, both roles, sizes, MTUs,
 #           and 1% loss (tests/interop/rxe_pingpong.sh); `ferroce perf` <-> perftest's
 #           ib_*_bw / ib_*_lat, both roles (tests/interop/rxe_perftest.sh)
-# Each runs on this host when its kernel has what it needs (netem; rdma_rxe) and otherwise
+# Each runs on this host when its kernel has what it needs (netem; sch_red; rdma_rxe) and otherwise
 # inside the rxe VM (Debian's Linux 6.1 under qemu, TCG when there is no KVM), where both
 # share one boot.
 #   tests/system.sh [quick|full]
@@ -16,13 +18,19 @@ root=$(cd "$here/.." && pwd)
 mode=${1:-full}
 out=$root/target/system
 rm -rf "$out"; mkdir -p "$out"
-(cd "$root" && cargo build --release --quiet --bin ferroce) || exit 1
+(cd "$root" && cargo build --release --quiet --bin ferroce --example dcqcn_report) || exit 1
 bin=${CARGO_TARGET_DIR:-$root/target}/release/ferroce
 "$here/interop/rxe-vm/build.sh" >"$out/build.log" 2>&1 || { cat "$out/build.log"; exit 1; }
 
 host_has_netem() {
   ip link add fer-q0 type veth peer name fer-q1 2>/dev/null || return 1
   tc qdisc add dev fer-q0 root netem loss 1% 2>/dev/null; local r=$?
+  ip link del fer-q0 2>/dev/null; return $r
+}
+host_has_red() {
+  ip link add fer-q0 type veth peer name fer-q1 2>/dev/null || return 1
+  tc qdisc add dev fer-q0 root red limit 100000 min 10000 max 30000 avpkt 1000 burst 20 \
+    probability 0.1 bandwidth 10mbit ecn 2>/dev/null; local r=$?
   ip link del fer-q0 2>/dev/null; return $r
 }
 host_has_rxe() { modprobe rdma_rxe 2>/dev/null && [ -d /sys/module/rdma_rxe ]; }
@@ -33,6 +41,12 @@ if host_has_netem; then
   OUT=$out bash "$here/netns/run.sh" "$bin" | tee "$out/netns.txt"
 else
   echo "[system] this kernel has no netem: netns tests go to the VM"; vm_parts="netns"
+fi
+if host_has_red && modprobe macvlan 2>/dev/null; then
+  echo "[system] dcqcn test on this host"
+  OUT=$out bash "$here/dcqcn/run.sh" "$bin" "$(dirname "$bin")/examples/dcqcn_report" | tee "$out/dcqcn.txt"
+else
+  echo "[system] this kernel has no sch_red: the dcqcn test goes to the VM"; vm_parts="${vm_parts:+$vm_parts,}dcqcn"
 fi
 if host_has_rxe; then
   echo "[system] this kernel has rdma_rxe: interop tests on this host"
@@ -49,7 +63,7 @@ if [ -n "$vm_parts" ]; then
   t0=$(date +%s)
   "$here/interop/rxe-vm/run.sh" --timeout 2400 "$here/interop/guest.sh" "$out/vm" "$here" "$bin" "$mode" "$vm_parts" >"$out/vm.log" 2>&1
   echo "[system] VM run: exit $?, $(( $(date +%s) - t0 )) s"
-  grep -E '^(=====|PASS|FAIL|    |interop:|netns:|perftest:|rxe0|tc |counters:)' "$out/vm/console.log" | tee "$out/vm.txt"
+  grep -E '^(=====|PASS|FAIL|    |interop:|netns:|perftest:|dcqcn:|rxe0|tc |counters:)' "$out/vm/console.log" | tee "$out/vm.txt"
 fi
 passed=$(cat "$out"/*.txt 2>/dev/null | grep -cE '^PASS ')
 failed=$(cat "$out"/*.txt 2>/dev/null | grep -cE '^FAIL ')

@@ -9,6 +9,7 @@ mod devices;
 mod ops;
 mod perf;
 mod pingpong;
+mod ratelog;
 
 /// A user-space RoCE v2 stack.
 #[derive(Debug, Parser)]
@@ -32,7 +33,7 @@ pub enum Command {
     RcOps(ops::OpsArgs),
     /// perftest's ib_*_bw / ib_*_lat tests, same flags, exchange and output.
     #[command(subcommand)]
-    Perf(perf::PerfCommand),
+    Perf(Box<perf::PerfCommand>),
     /// Live demo without privileges: two devices on an in-memory wire run every RC operation.
     Demo(ops::DemoArgs),
     /// List RoCE devices (Ethernet interfaces with an address), like ibv_devices.
@@ -76,6 +77,16 @@ fn print_stats(ctx: &ferroce::verbs::Context) {
     eprintln!("counters: {}", c.join(" "));
 }
 
+/// `--stats`: each QP's DCQCN state on one stderr line (nothing without congestion control).
+fn print_rates(ctx: &ferroce::verbs::Context) {
+    for (qpn, s) in ctx.qp_rates() {
+        eprintln!(
+            "dcqcn: qp {qpn:#08x} rate {:.3} Mb/s target {:.3} Mb/s alpha {:.4} limited {}",
+            s.current_rate, s.target_rate, s.alpha, s.limited
+        );
+    }
+}
+
 /// Parses a `-m` value.
 fn parse_mtu(m: u32) -> Result<ferroce::verbs::Mtu, CliError> {
     Ok(ferroce::verbs::Mtu::from_bytes(m)
@@ -91,7 +102,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::UdPingpong(a) => pingpong::run(ferroce::verbs::QpType::Ud, a),
         Command::RcOps(a) => ops::run(a),
         Command::Demo(a) => ops::demo(a),
-        Command::Perf(c) => perf::run(c),
+        Command::Perf(c) => perf::run(*c),
         Command::Devices => devices::devices(),
         Command::Devinfo(a) => devices::devinfo(a),
     }

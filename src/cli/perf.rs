@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use ferroce::apps::perftest::{self, AtomicOp, Conn, Options, Test};
+use ferroce_transport::DcqcnConfig;
 
+use super::ratelog::RateLog;
 use super::CliError;
 
 #[derive(Debug, Subcommand)]
@@ -108,6 +110,55 @@ pub struct PerfArgs {
     /// Give up after this many seconds without progress.
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
+    /// Traffic class of the QPs' packets (IP DSCP << 2 | ECN), as ibv's traffic_class.
+    #[arg(long = "tclass", default_value_t = 0)]
+    pub tclass: u8,
+    #[command(flatten)]
+    pub cc: CcArgs,
+}
+
+/// Congestion control and rate logging (ferroce's own flags, not perftest's).
+#[derive(Debug, Args)]
+pub struct CcArgs {
+    /// Enable DCQCN congestion control: ECN-capable packets, CNPs for CE-marked ones,
+    /// and rate limiting on CNPs (on both sides of a run).
+    #[arg(long)]
+    pub dcqcn: bool,
+    /// Set a DCQCN parameter (mlx5 names, e.g. line_rate=100,rpg_ai_rate=1); repeatable.
+    #[arg(long = "dcqcn-param", value_name = "NAME=VALUE", value_delimiter = ',')]
+    pub dcqcn_params: Vec<String>,
+    /// Append a CSV line per QP every --rate-interval to FILE: time, each QP's DCQCN
+    /// rate, bytes sent and received, CNP and retransmission counters.
+    #[arg(long = "rate-log", value_name = "FILE")]
+    pub rate_log: Option<PathBuf>,
+    /// Sampling period of --rate-log, milliseconds.
+    #[arg(long = "rate-interval", value_name = "MS", default_value_t = 100)]
+    pub rate_interval: u64,
+}
+
+impl CcArgs {
+    /// The DCQCN configuration the flags ask for (`None`: leave the device's alone).
+    pub fn dcqcn_config(&self) -> Result<Option<DcqcnConfig>, CliError> {
+        if !self.dcqcn && self.dcqcn_params.is_empty() {
+            return Ok(None);
+        }
+        if !self.dcqcn {
+            return Err("--dcqcn-param needs --dcqcn".into());
+        }
+        let mut c = DcqcnConfig {
+            enabled: true,
+            ..DcqcnConfig::default()
+        };
+        for kv in &self.dcqcn_params {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| format!("--dcqcn-param {kv:?}: write NAME=VALUE"))?;
+            c.set(k.trim(), v)
+                .map_err(|e| format!("--dcqcn-param: {e}"))?;
+        }
+        c.validate().map_err(|e| format!("--dcqcn-param: {e}"))?;
+        Ok(Some(c))
+    }
 }
 
 impl PerfCommand {
@@ -155,15 +206,32 @@ pub fn run(cmd: PerfCommand) -> Result<ExitCode, CliError> {
         report_gbits: a.report_gbits,
         no_peak: a.no_peak,
         timeout: Duration::from_secs(a.timeout.max(1)),
+        traffic_class: a.tclass,
         ..Options::new(test)
     };
     // Parameter mistakes are usage errors, before any device is opened.
     perftest::Params::derive(&o)?;
+    let dcqcn = a.cc.dcqcn_config()?;
     let ctx = super::open_device(a.ib_dev.as_deref(), a.pcap.as_deref())?;
+    if let Some(c) = dcqcn {
+        ctx.set_dcqcn(c)?;
+    }
+    let log = match &a.cc.rate_log {
+        Some(path) => Some(RateLog::start(
+            &ctx,
+            path,
+            Duration::from_millis(a.cc.rate_interval),
+        )?),
+        None => None,
+    };
     let mut out = std::io::stdout();
     let result = perftest::run(&ctx, &o, &mut out);
+    if let Some(log) = log {
+        log.stop();
+    }
     if a.stats {
         super::print_stats(&ctx);
+        super::print_rates(&ctx);
     }
     match result {
         Ok(_) => Ok(ExitCode::SUCCESS),

@@ -37,6 +37,9 @@ fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, value: &T) ->
     check(ret).map(|_| ())
 }
 
+/// Requested receive and send buffer size (the kernel doubles it for bookkeeping).
+const SOCKET_BUFFER: i32 = 16 << 20;
+
 impl RawSocket {
     /// Opens a raw socket on interface `ifindex` that receives only RoCE v2 frames.
     pub fn open(ifindex: u32) -> io::Result<RawSocket> {
@@ -61,9 +64,18 @@ impl RawSocket {
         setsockopt(raw, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog)?;
         // Our own transmissions must not loop back into the receive path (Linux >= 4.20).
         let _ = setsockopt(raw, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1i32);
-        // Room for bursts: a 64 KiB message at MTU 1024 is 64 frames.
-        let _ = setsockopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUF, &(8i32 << 20));
-        let _ = setsockopt(raw, libc::SOL_SOCKET, libc::SO_SNDBUF, &(8i32 << 20));
+        // Room for bursts: a 64 KiB message at MTU 1024 is 64 frames, and a peer may have
+        // 128 of them (or a 4 MiB READ response) in flight. SO_RCVBUF is capped at
+        // net.core.rmem_max (often 208 KiB, ~190 frames); with CAP_NET_ADMIN the FORCE
+        // variants are not.
+        for (force, plain, size) in [
+            (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, SOCKET_BUFFER),
+            (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, SOCKET_BUFFER),
+        ] {
+            if setsockopt(raw, libc::SOL_SOCKET, force, &size).is_err() {
+                let _ = setsockopt(raw, libc::SOL_SOCKET, plain, &size);
+            }
+        }
 
         // SAFETY: sockaddr_ll is plain old data; all-zero is a valid starting value.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
@@ -79,6 +91,27 @@ impl RawSocket {
             )
         })?;
         Ok(RawSocket { fd, ifindex })
+    }
+
+    /// Frames the kernel dropped because the receive buffer was full since the last call
+    /// (PACKET_STATISTICS, which resets on reading).
+    pub fn take_drops(&self) -> io::Result<u64> {
+        let mut st = libc::tpacket_stats {
+            tp_packets: 0,
+            tp_drops: 0,
+        };
+        let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
+        // SAFETY: `st` is a writable tpacket_stats and `len` holds its exact size.
+        check(unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                (&mut st as *mut libc::tpacket_stats).cast(),
+                &mut len,
+            )
+        })?;
+        Ok(u64::from(st.tp_drops))
     }
 
     /// The interface index the socket is bound to.

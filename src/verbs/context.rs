@@ -152,6 +152,18 @@ impl Context {
         self.shared().endpoint().dcqcn().clone()
     }
 
+    /// The DCQCN reaction point state (current and target rate, α, ...) of every QP with
+    /// congestion control, by QP number, as it is now.
+    pub fn qp_rates(&self) -> Vec<(u32, ferroce_transport::DcqcnState)> {
+        let shared = self.shared();
+        let now = shared.now();
+        let ep = shared.endpoint();
+        ep.qp_numbers()
+            .into_iter()
+            .filter_map(|qpn| ep.qp_rate(qpn, now).map(|s| (qpn, s)))
+            .collect()
+    }
+
     /// Transport counters (named like rxe's hw_counters) and driver counters.
     pub fn counters(&self) -> Vec<(&'static str, u64)> {
         let mut v: Vec<(&'static str, u64)> = self.shared().endpoint().counters().iter().collect();
@@ -159,6 +171,7 @@ impl Context {
         v.push(("rx_not_roce", d.rx_not_roce));
         v.push(("tx_no_neighbour", d.tx_no_neighbour));
         v.push(("link_send_err", d.send_err));
+        v.push(("rx_socket_drops", self.shared().port_rx_drops()));
         v
     }
 

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Guest side of tests/system.sh: runs inside the rxe VM the parts the host cannot.
-#   guest.sh TESTS_DIR FERROCE_BINARY MODE PARTS   PARTS: "interop" and/or "netns", comma-separated
+#   guest.sh TESTS_DIR FERROCE_BINARY MODE PARTS   PARTS: "interop", "netns", "dcqcn", comma-separated
 # (run.sh copies this script into the output directory, so the tests' own path is passed in.)
 tests=$1 F=$2 MODE=$3 PARTS=$4
 # The guest mounts scratch file systems over /tmp and friends; the host's whole root stays
@@ -15,6 +15,10 @@ rc=0
 case ",$PARTS," in *,netns,*)
   echo "===== netns: ferroce <-> ferroce over veth, with netem ====="
   bash "$tests/netns/run.sh" "$F" || rc=1 ;;
+esac
+case ",$PARTS," in *,dcqcn,*)
+  echo "===== dcqcn: two ferroce flows through an htb + RED ECN bottleneck ====="
+  OUT=${OUT:-.} bash "$tests/dcqcn/run.sh" "$F" "$(dirname "$F")/examples/dcqcn_report" || rc=1 ;;
 esac
 case ",$PARTS," in *,interop,*)
   echo "===== interop: ferroce <-> Linux rxe ====="

@@ -31,6 +31,11 @@ counters! {
     sent_pkts,
     /// Packets accepted for a QP (ICRC, address and key checks passed).
     rcvd_pkts,
+    /// IP bytes (IP header through ICRC) handed out by `poll_transmit`.
+    sent_bytes,
+    /// Payload bytes of SEND and WRITE packets executed in sequence by responders (RC and
+    /// UC; duplicates and dropped messages excluded): the receiving side's goodput.
+    rcvd_data_bytes,
     /// Requests with a PSN before the expected one.
     duplicate_request,
     /// Requests with a PSN after the expected one.

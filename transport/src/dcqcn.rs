@@ -193,28 +193,103 @@ impl DcqcnConfig {
     pub fn validate(&self) -> Result<()> {
         let bad = |cond: bool, what: &'static str| {
             if cond {
-                Err(Error::InvalidAttr(what))
+                Err(Error::InvalidDcqcn(what))
             } else {
                 Ok(())
             }
         };
-        bad(!matches!(self.ecn, ECN_ECT0 | ECN_ECT1), "dcqcn: ecn")?;
-        bad(self.line_rate == 0, "dcqcn: line_rate")?;
-        bad(self.rpg_threshold > 31, "dcqcn: rpg_threshold")?;
-        bad(self.rpg_gd > 31, "dcqcn: rpg_gd")?;
-        bad(self.rpg_min_dec_fac > 100, "dcqcn: rpg_min_dec_fac")?;
-        bad(self.rpg_min_rate == 0, "dcqcn: rpg_min_rate")?;
+        bad(!matches!(self.ecn, ECN_ECT0 | ECN_ECT1), "ecn")?;
+        bad(self.line_rate == 0, "line_rate")?;
+        bad(self.rpg_threshold > 31, "rpg_threshold")?;
+        bad(self.rpg_gd > 31, "rpg_gd")?;
+        bad(self.rpg_min_dec_fac > 100, "rpg_min_dec_fac")?;
+        bad(self.rpg_min_rate == 0, "rpg_min_rate")?;
         bad(
             f64::from(self.rpg_min_rate) > self.max_rate(),
-            "dcqcn: rpg_min_rate above the maximum rate",
+            "rpg_min_rate above the maximum rate",
         )?;
-        bad(self.dce_tcp_g > 1024, "dcqcn: dce_tcp_g")?;
+        bad(self.dce_tcp_g > 1024, "dce_tcp_g")?;
         bad(
             self.initial_alpha_value > 1024,
-            "dcqcn: initial_alpha_value",
+            "initial_alpha_value",
         )?;
-        bad(self.cnp_dscp > 63, "dcqcn: cnp_dscp")?;
-        bad(self.cnp_802p_prio > 7, "dcqcn: cnp_802p_prio")?;
+        bad(self.cnp_dscp > 63, "cnp_dscp")?;
+        bad(self.cnp_802p_prio > 7, "cnp_802p_prio")?;
+        Ok(())
+    }
+
+    /// The names [`DcqcnConfig::set`] takes: every parameter but `enabled`.
+    pub const PARAMETERS: &'static [&'static str] = &[
+        "ecn",
+        "line_rate",
+        "pacing_burst_bytes",
+        "rpg_time_reset",
+        "rpg_byte_reset",
+        "rpg_threshold",
+        "rpg_max_rate",
+        "rpg_ai_rate",
+        "rpg_hai_rate",
+        "rpg_gd",
+        "rpg_min_dec_fac",
+        "rpg_min_rate",
+        "rate_to_set_on_first_cnp",
+        "dce_tcp_g",
+        "dce_tcp_rtt",
+        "rate_reduce_monitor_period",
+        "initial_alpha_value",
+        "clamp_tgt_rate",
+        "clamp_tgt_rate_after_time_inc",
+        "min_time_between_cnps",
+        "cnp_dscp",
+        "cnp_802p_prio",
+    ];
+
+    /// Sets the parameter called `name` (a field name, as NICs name it) from its decimal
+    /// text (`0`/`1` or `false`/`true` for the two flags), so that tools can take
+    /// `NAME=VALUE` settings. The ranges are checked by [`DcqcnConfig::validate`].
+    pub fn set(&mut self, name: &str, value: &str) -> core::result::Result<(), String> {
+        let num = || -> core::result::Result<u32, String> {
+            value
+                .trim()
+                .parse::<u32>()
+                .map_err(|_| format!("{name}: {value:?} is not a non-negative integer"))
+        };
+        let small = |v: u32| u8::try_from(v).map_err(|_| format!("{name}: {v} is too large"));
+        let flag = || match value.trim() {
+            "1" | "true" => Ok(true),
+            "0" | "false" => Ok(false),
+            _ => Err(format!("{name}: {value:?} is not 0, 1, true or false")),
+        };
+        match name {
+            "ecn" => self.ecn = small(num()?)?,
+            "line_rate" => self.line_rate = num()?,
+            "pacing_burst_bytes" => self.pacing_burst_bytes = num()?,
+            "rpg_time_reset" => self.rpg_time_reset = num()?,
+            "rpg_byte_reset" => self.rpg_byte_reset = num()?,
+            "rpg_threshold" => self.rpg_threshold = num()?,
+            "rpg_max_rate" => self.rpg_max_rate = num()?,
+            "rpg_ai_rate" => self.rpg_ai_rate = num()?,
+            "rpg_hai_rate" => self.rpg_hai_rate = num()?,
+            "rpg_gd" => self.rpg_gd = num()?,
+            "rpg_min_dec_fac" => self.rpg_min_dec_fac = num()?,
+            "rpg_min_rate" => self.rpg_min_rate = num()?,
+            "rate_to_set_on_first_cnp" => self.rate_to_set_on_first_cnp = num()?,
+            "dce_tcp_g" => self.dce_tcp_g = num()?,
+            "dce_tcp_rtt" => self.dce_tcp_rtt = num()?,
+            "rate_reduce_monitor_period" => self.rate_reduce_monitor_period = num()?,
+            "initial_alpha_value" => self.initial_alpha_value = num()?,
+            "clamp_tgt_rate" => self.clamp_tgt_rate = flag()?,
+            "clamp_tgt_rate_after_time_inc" => self.clamp_tgt_rate_after_time_inc = flag()?,
+            "min_time_between_cnps" => self.min_time_between_cnps = num()?,
+            "cnp_dscp" => self.cnp_dscp = small(num()?)?,
+            "cnp_802p_prio" => self.cnp_802p_prio = small(num()?)?,
+            _ => {
+                return Err(format!(
+                    "unknown DCQCN parameter {name:?}; known: {}",
+                    Self::PARAMETERS.join(", ")
+                ))
+            }
+        }
         Ok(())
     }
 
@@ -672,6 +747,42 @@ mod tests {
     use super::*;
 
     const US: u64 = 1000;
+
+    #[test]
+    fn every_parameter_can_be_set_by_name() {
+        for (i, name) in DcqcnConfig::PARAMETERS.iter().enumerate() {
+            let mut c = DcqcnConfig::default();
+            let value = if name.starts_with("clamp") {
+                "true"
+            } else {
+                "1"
+            };
+            c.set(name, value).unwrap();
+            let mut c2 = DcqcnConfig::default();
+            c2.set(
+                name,
+                if name.starts_with("clamp") {
+                    "false"
+                } else {
+                    "2"
+                },
+            )
+            .unwrap();
+            assert_ne!(c, c2, "parameter #{i} {name} changes nothing");
+        }
+        let mut c = DcqcnConfig::default();
+        c.set("rpg_ai_rate", "7").unwrap();
+        assert_eq!(c.rpg_ai_rate, 7);
+        let e = c.set("rpg_ai", "7").unwrap_err();
+        assert!(
+            e.contains("unknown DCQCN parameter") && e.contains("rpg_ai_rate"),
+            "{e}"
+        );
+        assert!(c.set("rpg_ai_rate", "-1").is_err());
+        assert!(c.set("cnp_dscp", "300").is_err());
+        assert!(c.set("clamp_tgt_rate", "yes").is_err());
+        assert!(c.set("enabled", "1").is_err());
+    }
 
     fn at(ns: u64) -> Instant {
         Instant::from_nanos(ns)

@@ -189,6 +189,11 @@ impl Endpoint {
         Some(rp.state())
     }
 
+    /// The numbers of the QPs that exist, in ascending order.
+    pub fn qp_numbers(&self) -> Vec<u32> {
+        self.qps.keys().copied().collect()
+    }
+
     /// Allocates a protection domain.
     pub fn alloc_pd(&mut self) -> PdId {
         self.mrs.alloc_pd()
@@ -743,6 +748,7 @@ impl Endpoint {
             return None;
         }
         self.counters.sent_pkts += 1;
+        self.counters.sent_bytes += total as u64;
         Some(Transmit {
             len: total,
             dst: to_ip(m.dst),

@@ -35,6 +35,8 @@ pub enum Error {
     UnexpectedAttr(QpAttrMask),
     /// An attribute value is out of range; the name says which.
     InvalidAttr(&'static str),
+    /// A congestion control parameter is out of range; the text says which.
+    InvalidDcqcn(&'static str),
     /// `CUR_STATE` was given and is not the QP's state.
     StateMismatch { expected: QpState, actual: QpState },
     /// The QP cannot take work requests in this state.
@@ -73,6 +75,7 @@ impl fmt::Display for Error {
             Error::MissingAttr(m) => write!(f, "missing required QP attributes {:#x}", m.0),
             Error::UnexpectedAttr(m) => write!(f, "QP attributes {:#x} not allowed here", m.0),
             Error::InvalidAttr(a) => write!(f, "invalid QP attribute {a}"),
+            Error::InvalidDcqcn(a) => write!(f, "invalid DCQCN parameter {a}"),
             Error::StateMismatch { expected, actual } => {
                 write!(f, "QP is in {actual:?}, not {expected:?}")
             }

@@ -79,6 +79,7 @@ impl Qp {
                 self.resp.nak_sent = false;
                 let op = rx.bth.opcode.operation();
                 if matches!(op, Operation::Send | Operation::RdmaWrite) {
+                    ctx.counters.rcvd_data_bytes += rx.payload.len() as u64;
                     self.resp.psn = psn.add(1);
                     if rx.bth.ack_req {
                         let syndrome = Syndrome::Ack {
@@ -516,7 +517,7 @@ impl Qp {
             return;
         }
         match self.execute(ctx, rx) {
-            Ok(()) => {}
+            Ok(()) => ctx.counters.rcvd_data_bytes += rx.payload.len() as u64,
             Err(Refuse::Rnr) => {
                 ctx.counters.rx_no_recv_wqe += 1;
                 self.uc_abort(ctx);

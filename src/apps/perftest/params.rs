@@ -182,6 +182,8 @@ pub struct Options {
     pub out_reads: Option<u32>,
     /// `-u`
     pub qp_timeout: u8,
+    /// `--tclass`: the GRH traffic class (IP DSCP and ECN bits) of the QPs' packets.
+    pub traffic_class: u8,
     /// `--report_gbits`
     pub report_gbits: bool,
     /// `-N`
@@ -212,6 +214,7 @@ impl Options {
             atomic: AtomicOp::FetchAndAdd,
             out_reads: None,
             qp_timeout: 14,
+            traffic_class: 0,
             report_gbits: false,
             no_peak: false,
             timeout: Duration::from_secs(60),
@@ -245,6 +248,7 @@ pub struct Params {
     /// Outstanding RDMA READ / atomic requests this side accepts and advertises.
     pub out_reads: u32,
     pub qp_timeout: u8,
+    pub traffic_class: u8,
     pub no_peak: bool,
     pub gbits: bool,
     pub timeout: Duration,
@@ -389,6 +393,7 @@ impl Params {
             cq_mod,
             out_reads,
             qp_timeout: o.qp_timeout,
+            traffic_class: o.traffic_class,
             no_peak,
             gbits: o.report_gbits,
             timeout: o.timeout,

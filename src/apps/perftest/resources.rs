@@ -157,6 +157,7 @@ impl Resources {
                 self.ahs.push(self.pd.create_ah(AddressVector {
                     sgid_index: self.gid_index as u8,
                     hop_limit: 1,
+                    traffic_class: p.traffic_class,
                     ..AddressVector::new(t.gid)
                 })?);
                 continue;
@@ -164,6 +165,7 @@ impl Resources {
             let mut path = RcPath::new(t.gid, t.qpn, t.psn, m.psn);
             path.mtu = mtu;
             path.sgid_index = self.gid_index as u8;
+            path.traffic_class = p.traffic_class;
             path.access = qp_access(p.test.verb);
             path.timeout = p.qp_timeout;
             path.retry_cnt = 7;
