@@ -21,7 +21,7 @@ use ferroce_wire::{split_link, EthernetRepr};
 use crate::capture::PcapSink;
 use crate::net::eventfd::{poll_readable, EventFd};
 use crate::net::timerfd::{monotonic_nanos, TimerFd};
-use crate::port::Port;
+use crate::port::{FrameBatch, Port};
 
 /// Largest frame handled: a 4096-byte IB MTU plus all headers, with room for jumbo frames.
 pub const MAX_FRAME: usize = 9216;
@@ -31,6 +31,9 @@ const RX_BATCH: usize = 64;
 const BUSY_POLL: Duration = Duration::from_micros(50);
 /// Frames transmitted per lock of the endpoint.
 const TX_BATCH: usize = 64;
+/// How often the driver looks at the link while API threads poll it (in case they stop
+/// without saying so).
+const APP_POLL_RECHECK: Duration = Duration::from_millis(1);
 
 /// Counters of the driver itself (frames the transport never saw).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -61,8 +64,19 @@ pub struct Shared {
     /// Whether `pcap` holds a sink: spares the lock on every frame when not recording.
     recording: AtomicBool,
     counters: Mutex<DriverCounters>,
-    /// Frame buffer for transmission; only used with the endpoint locked.
-    tx_buf: Mutex<Vec<u8>>,
+    /// Frames being transmitted; only used with the endpoint locked.
+    tx: Mutex<FrameBatch>,
+    /// Frames being received. Held from the receive call until the transport has them, so
+    /// that frames reach the transport in link order whichever thread receives (the
+    /// driver, or an API thread polling an empty CQ).
+    rx: Mutex<FrameBatch>,
+    /// Counts API threads' polls of the link (odd/even does not matter; 0 after
+    /// `stop_polling`). While it moves, the driver leaves the link to them and sleeps.
+    /// (A counter, not a time: reading the clock on every poll costs a system call where
+    /// the clock source is not the TSC, as in the VM.)
+    app_polls: AtomicU64,
+    /// Threads blocked in `wait_completions`: without any, signalling costs no syscall.
+    completion_waiters: std::sync::atomic::AtomicUsize,
     /// The transport's next timer, as armed on `timer` (transport nanoseconds; 0 while the
     /// driver runs, `u64::MAX` when it waits for I/O only). Changed with the endpoint locked.
     planned_wakeup: AtomicU64,
@@ -100,14 +114,70 @@ impl Shared {
     /// wakes the driver only when it is due; leftover work wakes it at once.
     pub fn kick(&self, mut ep: MutexGuard<'_, Endpoint>) {
         let sent = self.transmit(&mut ep, TX_BATCH);
-        let timer = ep.poll_timeout().map_or(u64::MAX, |t| t.as_nanos());
-        if timer < self.planned_wakeup.load(Ordering::SeqCst) {
-            self.arm(timer);
-        }
+        self.arm_if_sooner(&ep);
         drop(ep);
         if sent == TX_BATCH {
             self.waker.wake();
         }
+    }
+
+    /// Moves the sleeping driver's timer forward when the transport's next one is sooner.
+    fn arm_if_sooner(&self, ep: &Endpoint) {
+        let timer = ep.poll_timeout().map_or(u64::MAX, |t| t.as_nanos());
+        if timer < self.planned_wakeup.load(Ordering::SeqCst) {
+            self.arm(timer);
+        }
+    }
+
+    /// Receives one batch of frames and hands it to the transport under one lock, then
+    /// transmits what it answered (ACKs, READ responses). Returns how many frames came.
+    fn receive(&self, rx: &mut FrameBatch) -> usize {
+        let n = match self.port.recv_batch(rx) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e, "receive failed");
+                return 0;
+            }
+        };
+        if n == 0 {
+            return 0;
+        }
+        let mut ep = self.endpoint();
+        let now = self.now();
+        for i in 0..n {
+            let frame = rx.frame(i);
+            if frame.is_empty() {
+                continue; // our own frame, looped back by an old kernel
+            }
+            self.record(frame);
+            // The transport parses, verifies and counts the datagram itself.
+            match split_link(frame) {
+                Ok((_, _, ip)) => ep.handle_packet(now, ip),
+                Err(e) => {
+                    tracing::trace!(error = %e, "dropped a non-RoCE frame");
+                    self.counters.lock().expect("counter lock").rx_not_roce += 1;
+                }
+            }
+        }
+        self.transmit(&mut ep, TX_BATCH);
+        self.arm_if_sooner(&ep);
+        n
+    }
+
+    /// Poll mode for API threads: a thread that found its CQ empty receives whatever the
+    /// link holds itself, sparing the driver thread's wake-up (unless the driver is
+    /// receiving right now). Returns whether frames came.
+    pub fn poll_rx(&self) -> bool {
+        self.app_polls.fetch_add(1, Ordering::Relaxed);
+        let Ok(mut rx) = self.rx.try_lock() else {
+            return false;
+        };
+        let n = self.receive(&mut rx);
+        drop(rx);
+        if n > 0 {
+            self.signal_completions();
+        }
+        n > 0
     }
 
     /// Arms the driver's timer for transport time `nanos` (`u64::MAX` disarms); called
@@ -118,43 +188,59 @@ impl Shared {
             .set((nanos != u64::MAX).then(|| self.epoch_monotonic + nanos));
     }
 
-    /// Hands up to `max` datagrams from the transport to the link; returns how many.
+    /// Hands up to `max` datagrams from the transport to the link, in batches of one
+    /// system call; returns how many the transport gave.
     fn transmit(&self, ep: &mut Endpoint, max: usize) -> usize {
-        let mut tx = self.tx_buf.lock().expect("tx buffer lock");
-        let mut sent = 0;
-        while sent < max {
-            let Some(t) = ep.poll_transmit(self.now(), &mut tx[14..]) else {
-                break;
-            };
-            sent += 1;
-            let mac = self
-                .neighbours
-                .lock()
-                .expect("neighbour lock")
-                .get(&t.dst)
-                .copied();
-            let Some(dst) = mac else {
-                tracing::debug!(dst = %t.dst, "no MAC address for destination; dropped");
-                self.counters.lock().expect("counter lock").tx_no_neighbour += 1;
-                continue;
-            };
-            let eth = EthernetRepr {
-                src: self.port.mac(),
-                dst,
-                vlan: None,
-            };
-            if eth.emit(&mut tx[..14], t.dst.is_ipv6()).is_err() {
-                continue;
+        let mut tx = self.tx.lock().expect("tx lock");
+        let now = self.now();
+        let src = self.port.mac();
+        let mut given = 0;
+        while given < max {
+            tx.clear();
+            let neighbours = self.neighbours.lock().expect("neighbour lock");
+            while given < max && tx.len() < tx.capacity() {
+                let i = tx.len();
+                let slot = tx.slot_mut(i);
+                let Some(t) = ep.poll_transmit(now, &mut slot[14..]) else {
+                    break;
+                };
+                given += 1;
+                let Some(&dst) = neighbours.get(&t.dst) else {
+                    tracing::debug!(dst = %t.dst, "no MAC address for destination; dropped");
+                    self.counters.lock().expect("counter lock").tx_no_neighbour += 1;
+                    continue;
+                };
+                let eth = EthernetRepr {
+                    src,
+                    dst,
+                    vlan: None,
+                };
+                if eth.emit(&mut slot[..14], t.dst.is_ipv6()).is_err() {
+                    continue;
+                }
+                tx.push(14 + t.len);
+                self.record(tx.frame(i));
             }
-            let frame = &tx[..14 + t.len];
-            self.record(frame);
-            match self.port.send(frame) {
-                Ok(true) => {}
-                // A full or failing link is a loss on the wire: go-back-N recovers.
-                Ok(false) | Err(_) => self.counters.lock().expect("counter lock").send_err += 1,
+            drop(neighbours);
+            if tx.is_empty() {
+                break;
+            }
+            let ok = match self.port.send_batch(&mut tx) {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::debug!(error = %e, "send failed");
+                    0
+                }
+            };
+            // A full or failing link is a loss on the wire: go-back-N recovers.
+            if ok < tx.len() {
+                self.counters.lock().expect("counter lock").send_err += (tx.len() - ok) as u64;
+            }
+            if tx.len() < tx.capacity() {
+                break;
             }
         }
-        sent
+        given
     }
 
     /// The link.
@@ -199,12 +285,23 @@ impl Shared {
     /// Blocks until the driver signals completions or `timeout` passes; returns at once if
     /// the generation moved past `seen`.
     pub fn wait_completions(&self, seen: u64, timeout: Duration) -> u64 {
+        self.stop_polling();
         let g = self.completions_lock.lock().expect("completion lock");
+        self.completion_waiters.fetch_add(1, Ordering::SeqCst);
         let (g, _) = self
             .completions
             .wait_timeout_while(g, timeout, |gen| *gen == seen)
             .expect("completion lock");
+        self.completion_waiters.fetch_sub(1, Ordering::SeqCst);
         *g
+    }
+
+    /// An API thread that polled the link goes to sleep: the driver watches the link
+    /// again from now on.
+    pub fn stop_polling(&self) {
+        if self.app_polls.swap(0, Ordering::Relaxed) != 0 {
+            self.waker.wake();
+        }
     }
 
     /// The current completion generation.
@@ -214,7 +311,10 @@ impl Shared {
 
     fn signal_completions(&self) {
         *self.completions_lock.lock().expect("completion lock") += 1;
-        self.completions.notify_all();
+        // Waiters register under the lock before they sleep, so none is missed.
+        if self.completion_waiters.load(Ordering::SeqCst) > 0 {
+            self.completions.notify_all();
+        }
         self.notify.notify_waiters();
     }
 
@@ -259,7 +359,10 @@ impl Driver {
             pcap: Mutex::new(None),
             recording: AtomicBool::new(false),
             counters: Mutex::new(DriverCounters::default()),
-            tx_buf: Mutex::new(vec![0u8; MAX_FRAME]),
+            tx: Mutex::new(FrameBatch::new(TX_BATCH)),
+            rx: Mutex::new(FrameBatch::new(RX_BATCH)),
+            app_polls: AtomicU64::new(0),
+            completion_waiters: std::sync::atomic::AtomicUsize::new(0),
             planned_wakeup: AtomicU64::new(0),
             timer: TimerFd::new()?,
             epoch_monotonic: monotonic_nanos(),
@@ -296,45 +399,22 @@ impl Drop for Driver {
 fn run(s: &Shared) {
     let span = tracing::info_span!("driver");
     let _enter = span.enter();
-    let mut rx = vec![0u8; MAX_FRAME];
     let fds = [s.port.fd(), s.waker.as_raw_fd(), s.timer.as_raw_fd()];
     let mut last_activity = std::time::Instant::now();
+    let mut seen_polls = 0;
     while !s.stop.load(Ordering::SeqCst) {
         let mut progressed = false;
 
         // Receive: each batch is handed to the transport under one lock, and whatever it
         // answers (ACKs, read responses) goes out before the next batch.
-        loop {
-            let mut ep = s.endpoint();
-            let mut n = 0;
-            while n < RX_BATCH {
-                match s.port.recv(&mut rx) {
-                    Ok(Some(len)) => {
-                        n += 1;
-                        let frame = &rx[..len];
-                        s.record(frame);
-                        // The transport parses, verifies and counts the datagram itself.
-                        match split_link(frame) {
-                            Ok((_, _, ip)) => ep.handle_packet(s.now(), ip),
-                            Err(e) => {
-                                tracing::trace!(error = %e, "dropped a non-RoCE frame");
-                                s.counters.lock().expect("counter lock").rx_not_roce += 1;
-                            }
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "receive failed");
-                        break;
-                    }
+        {
+            let mut rx = s.rx.lock().expect("rx lock");
+            loop {
+                let n = s.receive(&mut rx);
+                progressed |= n > 0;
+                if n < RX_BATCH {
+                    break;
                 }
-            }
-            if n > 0 {
-                progressed = true;
-                s.transmit(&mut ep, TX_BATCH);
-            }
-            if n < RX_BATCH {
-                break;
             }
         }
 
@@ -353,21 +433,48 @@ fn run(s: &Shared) {
             last_activity = std::time::Instant::now();
             continue;
         }
-        if last_activity.elapsed() < BUSY_POLL {
+        // API threads polling the link (poll mode) since the last look?
+        let polls = s.app_polls.load(Ordering::Relaxed);
+        let app = polls != 0 && polls != seen_polls;
+        seen_polls = polls;
+        if !app && last_activity.elapsed() < BUSY_POLL {
             // Traffic tends to come in bursts and answers follow within microseconds:
             // look again before paying for a sleep and a wake-up.
             drop(ep);
             std::thread::yield_now();
             continue;
         }
-        s.arm(ep.poll_timeout().map_or(u64::MAX, |t| t.as_nanos()));
-        drop(ep);
-        if let Err(e) = poll_readable(&fds, None) {
-            tracing::error!(error = %e, "poll failed; driver stops");
-            return;
+        let next = ep.poll_timeout().map_or(u64::MAX, |t| t.as_nanos());
+        let nap_end = now
+            .as_nanos()
+            .saturating_add(APP_POLL_RECHECK.as_nanos() as u64);
+        if app && next >= nap_end {
+            // The nap ends before the timer is due: no need to arm it (a system call).
+            s.planned_wakeup.store(nap_end, Ordering::SeqCst);
+        } else {
+            s.arm(next);
         }
-        s.waker.drain();
-        s.timer.drain();
+        drop(ep);
+        // While API threads poll the link, the driver sleeps on its timer and wake-ups only
+        // (a frame would otherwise wake two threads), looking again now and then.
+        let ready = if app {
+            poll_readable(&fds[1..], Some(APP_POLL_RECHECK)).map(|r| r << 1)
+        } else {
+            poll_readable(&fds, None)
+        };
+        let ready = match ready {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "poll failed; driver stops");
+                return;
+            }
+        };
+        if ready & 0b010 != 0 {
+            s.waker.drain();
+        }
+        if ready & 0b100 != 0 {
+            s.timer.drain();
+        }
         let _held = s.endpoint();
         s.planned_wakeup.store(0, Ordering::SeqCst);
     }

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::net::af_packet::RawSocket;
+use crate::driver::MAX_FRAME;
+use crate::net::af_packet::{MmsgHeaders, RawSocket, MAX_BATCH};
 use crate::net::eventfd::EventFd;
 use crate::net::interface::Interface;
 use crate::net::neigh;
@@ -29,6 +30,80 @@ pub trait Port: Send + Sync + 'static {
     /// Frames the link dropped on receive (a full socket buffer) since the port opened.
     fn rx_drops(&self) -> u64 {
         0
+    }
+    /// Receives as many queued frames as `batch` holds; returns how many (0: none).
+    fn recv_batch(&self, batch: &mut FrameBatch) -> io::Result<usize> {
+        batch.count = 0;
+        while batch.count < batch.capacity() {
+            let i = batch.count;
+            match self.recv(batch.slot_mut(i))? {
+                Some(len) => {
+                    batch.lens[i] = len;
+                    batch.count += 1;
+                }
+                None => break,
+            }
+        }
+        Ok(batch.count)
+    }
+    /// Sends the frames of `batch`; returns how many the link took.
+    fn send_batch(&self, batch: &mut FrameBatch) -> io::Result<usize> {
+        for i in 0..batch.len() {
+            if !self.send(batch.frame(i))? {
+                return Ok(i);
+            }
+        }
+        Ok(batch.len())
+    }
+}
+
+/// Frame buffers for moving several frames per system call: `capacity` slots of
+/// [`MAX_FRAME`] bytes, the first `len()` holding frames.
+pub struct FrameBatch {
+    data: Vec<u8>,
+    lens: Vec<usize>,
+    count: usize,
+    /// System call headers pointing into `data` (whose heap buffer never moves).
+    headers: MmsgHeaders,
+}
+
+impl FrameBatch {
+    pub fn new(capacity: usize) -> FrameBatch {
+        let capacity = capacity.min(MAX_BATCH);
+        let mut data = vec![0; capacity * MAX_FRAME];
+        let headers = MmsgHeaders::new(&mut data, MAX_FRAME);
+        FrameBatch {
+            data,
+            lens: vec![0; capacity],
+            count: 0,
+            headers,
+        }
+    }
+    pub fn capacity(&self) -> usize {
+        self.lens.len()
+    }
+    /// Frames held.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+    pub fn clear(&mut self) {
+        self.count = 0;
+    }
+    /// Frame `i` (`i < len()`).
+    pub fn frame(&self, i: usize) -> &[u8] {
+        &self.data[i * MAX_FRAME..][..self.lens[i]]
+    }
+    /// The whole buffer of slot `i`.
+    pub fn slot_mut(&mut self, i: usize) -> &mut [u8] {
+        &mut self.data[i * MAX_FRAME..][..MAX_FRAME]
+    }
+    /// Makes slot `len()` a frame of `len` bytes.
+    pub fn push(&mut self, len: usize) {
+        self.lens[self.count] = len.min(MAX_FRAME);
+        self.count += 1;
     }
 }
 
@@ -121,6 +196,19 @@ impl Port for PacketPort {
     }
     fn resolve(&self, ip: IpAddr, timeout: Duration) -> Result<[u8; 6], neigh::ResolveError> {
         neigh::resolve(self.iface.index, &self.iface.name, ip, timeout)
+    }
+    fn recv_batch(&self, batch: &mut FrameBatch) -> io::Result<usize> {
+        let b = batch;
+        let n = self
+            .socket
+            .recv_many(&mut b.data, &mut b.headers, &mut b.lens)?;
+        b.count = n;
+        Ok(n)
+    }
+    fn send_batch(&self, batch: &mut FrameBatch) -> io::Result<usize> {
+        let b = batch;
+        let n = b.count;
+        self.socket.send_many(&b.data, &mut b.headers, &b.lens[..n])
     }
     fn rx_drops(&self) -> u64 {
         let new = self.socket.take_drops().unwrap_or(0);

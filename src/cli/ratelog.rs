@@ -172,7 +172,10 @@ mod tests {
         let sent: u64 = last[5].parse().unwrap();
         assert!(sent > 4096, "{last:?}");
         // The receiving side counts the payload it took in sequence, once.
-        let rcvd = b.counters().into_iter().find(|(n, _)| *n == "rcvd_data_bytes");
+        let rcvd = b
+            .counters()
+            .into_iter()
+            .find(|(n, _)| *n == "rcvd_data_bytes");
         assert_eq!(rcvd, Some(("rcvd_data_bytes", 4096)));
         let times: Vec<f64> = rows.iter().map(|r| r[0].parse().unwrap()).collect();
         assert!(times.windows(2).all(|w| w[1] >= w[0]), "{times:?}");

@@ -168,6 +168,163 @@ impl RawSocket {
     }
 }
 
+/// Most frames one `recv_many` / `send_many` call moves.
+pub const MAX_BATCH: usize = 64;
+
+/// The recvmmsg/sendmmsg(2) headers for [`MAX_BATCH`] frame slots of one buffer, built
+/// once: rebuilding (and zeroing) 6 KiB of headers on every call was a large part of an
+/// idle poll's cost.
+pub struct MmsgHeaders {
+    iov: Box<[libc::iovec; MAX_BATCH]>,
+    from: Box<[libc::sockaddr_ll; MAX_BATCH]>,
+    msgs: Box<[libc::mmsghdr; MAX_BATCH]>,
+    /// Start and slot size of the buffer the headers point into.
+    base: *mut u8,
+    slot: usize,
+    slots: usize,
+}
+
+// SAFETY: the raw pointers only refer to the heap buffers owned by this value and by the
+// `FrameBatch` that owns it together with the frame buffer; they are only dereferenced by
+// the kernel during a call made through `&mut self` (receive) or `&self` while the owner
+// is borrowed (send), so moving the value between threads is sound.
+unsafe impl Send for MmsgHeaders {}
+
+impl MmsgHeaders {
+    /// Headers for `data`, split into slots of `slot` bytes (at most [`MAX_BATCH`]).
+    /// `data` must stay where it is for as long as the headers are used.
+    pub fn new(data: &mut [u8], slot: usize) -> MmsgHeaders {
+        // SAFETY: plain old data; all-zero is a valid value for each array.
+        let mut h = unsafe {
+            MmsgHeaders {
+                iov: Box::new(std::mem::zeroed()),
+                from: Box::new(std::mem::zeroed()),
+                msgs: Box::new(std::mem::zeroed()),
+                base: data.as_mut_ptr(),
+                slot,
+                slots: (data.len() / slot.max(1)).min(MAX_BATCH),
+            }
+        };
+        for i in 0..h.slots {
+            h.iov[i] = libc::iovec {
+                // SAFETY: slot `i` lies inside `data` (i < data.len() / slot).
+                iov_base: unsafe { h.base.add(i * slot) }.cast(),
+                iov_len: slot,
+            };
+            h.msgs[i].msg_hdr.msg_iov = &mut h.iov[i];
+            h.msgs[i].msg_hdr.msg_iovlen = 1;
+        }
+        h
+    }
+}
+
+impl RawSocket {
+    /// Receives up to `lens.len()` frames with one recvmmsg(2) into the slots `headers`
+    /// describe (the caller's `data`, which the caller holds mutably); frame `i`'s length
+    /// goes to `lens[i]`. Returns how many arrived (0: none queued). Our own outgoing
+    /// frames (kernels without PACKET_IGNORE_OUTGOING) come back with length 0.
+    pub fn recv_many(
+        &self,
+        data: &mut [u8],
+        headers: &mut MmsgHeaders,
+        lens: &mut [usize],
+    ) -> io::Result<usize> {
+        assert!(
+            std::ptr::eq(data.as_mut_ptr(), headers.base)
+                && data.len() >= headers.slots * headers.slot
+        );
+        let n = lens.len().min(headers.slots);
+        if n == 0 {
+            return Ok(0);
+        }
+        for i in 0..n {
+            let m = &mut headers.msgs[i];
+            m.msg_hdr.msg_iov = &mut headers.iov[i];
+            headers.iov[i].iov_len = headers.slot;
+            m.msg_hdr.msg_name = (&mut headers.from[i] as *mut libc::sockaddr_ll).cast();
+            m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as u32;
+            m.msg_hdr.msg_flags = 0;
+        }
+        let ret = loop {
+            // SAFETY: `msgs[..n]` point to `n` iovecs over disjoint, writable slots of
+            // `data` (checked above to be the buffer the headers were built for, borrowed
+            // mutably for the call) and to `n` sockaddr_ll buffers.
+            let ret = unsafe {
+                libc::recvmmsg(
+                    self.fd.as_raw_fd(),
+                    headers.msgs.as_mut_ptr(),
+                    n as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            };
+            if ret >= 0 {
+                break ret as usize;
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => return Ok(0),
+                io::ErrorKind::Interrupted => continue,
+                _ => return Err(e),
+            }
+        };
+        for (i, len) in lens.iter_mut().enumerate().take(ret) {
+            *len = if headers.from[i].sll_pkttype == libc::PACKET_OUTGOING {
+                0
+            } else {
+                headers.msgs[i].msg_len as usize
+            };
+        }
+        Ok(ret)
+    }
+
+    /// Sends the first `lens.len()` slots of `data` (frame `i` is `lens[i]` bytes) with one
+    /// sendmmsg(2) through `headers`; returns how many the kernel took (0 when the socket
+    /// buffer is full).
+    pub fn send_many(
+        &self,
+        data: &[u8],
+        headers: &mut MmsgHeaders,
+        lens: &[usize],
+    ) -> io::Result<usize> {
+        assert!(
+            std::ptr::eq(data.as_ptr(), headers.base) && data.len() >= headers.slots * headers.slot
+        );
+        let n = lens.len().min(headers.slots);
+        if n == 0 {
+            return Ok(0);
+        }
+        for (i, &len) in lens.iter().enumerate().take(n) {
+            headers.iov[i].iov_len = len.min(headers.slot);
+            let m = &mut headers.msgs[i];
+            m.msg_hdr.msg_iov = &mut headers.iov[i];
+            m.msg_hdr.msg_name = std::ptr::null_mut();
+            m.msg_hdr.msg_namelen = 0;
+        }
+        loop {
+            // SAFETY: `msgs[..n]` point to iovecs over slots of `data` (checked above to be
+            // the buffer the headers were built for), which the kernel only reads.
+            let ret = unsafe {
+                libc::sendmmsg(
+                    self.fd.as_raw_fd(),
+                    headers.msgs.as_mut_ptr(),
+                    n as libc::c_uint,
+                    0,
+                )
+            };
+            if ret >= 0 {
+                return Ok(ret as usize);
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => return Ok(0),
+                io::ErrorKind::Interrupted => continue,
+                _ => return Err(e),
+            }
+        }
+    }
+}
+
 impl AsRawFd for RawSocket {
     fn as_raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()

@@ -45,8 +45,9 @@ impl AsRawFd for EventFd {
     }
 }
 
-/// Waits until one of `fds` is readable or `timeout` passes (`None` = forever).
-pub fn poll_readable(fds: &[RawFd], timeout: Option<std::time::Duration>) -> io::Result<()> {
+/// Waits until one of `fds` is readable or `timeout` passes (`None` = forever); returns
+/// which were readable (bit `i` for `fds[i]`, the first 32).
+pub fn poll_readable(fds: &[RawFd], timeout: Option<std::time::Duration>) -> io::Result<u32> {
     let mut pfds: Vec<libc::pollfd> = fds
         .iter()
         .map(|&fd| libc::pollfd {
@@ -68,5 +69,10 @@ pub fn poll_readable(fds: &[RawFd], timeout: Option<std::time::Duration>) -> io:
             return Err(e);
         }
     }
-    Ok(())
+    Ok(pfds
+        .iter()
+        .take(32)
+        .enumerate()
+        .filter(|(_, p)| p.revents != 0)
+        .fold(0, |m, (i, _)| m | 1 << i))
 }

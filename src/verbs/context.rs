@@ -164,6 +164,17 @@ impl Context {
             .collect()
     }
 
+    /// Busy-polling progress: receives and processes on this thread whatever the link
+    /// holds (unless the driver thread is at it), sparing a wake-up of the driver; returns
+    /// whether frames came. [`CompletionQueue::poll`] does this by itself when the CQ is
+    /// empty; loops that wait on memory instead (as perftest's WRITE latency test does)
+    /// call it.
+    ///
+    /// [`CompletionQueue::poll`]: crate::verbs::CompletionQueue::poll
+    pub fn progress(&self) -> bool {
+        self.shared().poll_rx()
+    }
+
     /// Transport counters (named like rxe's hw_counters) and driver counters.
     pub fn counters(&self) -> Vec<(&'static str, u64)> {
         let mut v: Vec<(&'static str, u64)> = self.shared().endpoint().counters().iter().collect();

@@ -6,8 +6,10 @@ use ferroce_transport::{CqId, WorkCompletion};
 
 use super::Context;
 
-/// Polls `wait_one` makes before it sleeps.
-const SPIN_POLLS: usize = 64;
+/// Polls `wait_one` makes (each one also polling the link, yielding the core in between)
+/// before it sleeps: a few milliseconds natively, longer than an emulated round trip. A
+/// sleep hands the link back to the driver thread, which then needs a wake-up per frame.
+const SPIN_POLLS: usize = 2000;
 
 /// A completion queue.
 #[derive(Debug)]
@@ -27,7 +29,15 @@ impl CompletionQueue {
 
     /// Moves up to `max` completions into `out`; returns how many.
     pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> usize {
-        self.ctx.shared().endpoint().poll_cq(self.id, out, max)
+        let shared = self.ctx.shared();
+        let n = shared.endpoint().poll_cq(self.id, out, max);
+        // Poll mode: with the CQ empty, take in what the link holds on this thread (the
+        // answer being waited for is often there already) instead of waiting for the
+        // driver thread to wake up for it.
+        if n == 0 && shared.poll_rx() {
+            return shared.endpoint().poll_cq(self.id, out, max);
+        }
+        n
     }
 
     /// Blocks until a completion is available or `timeout` passes.
@@ -63,6 +73,7 @@ impl CompletionQueue {
             if self.poll(&mut out, 1) == 1 {
                 return out.pop().expect("one completion");
             }
+            self.ctx.shared().stop_polling();
             notified.await;
         }
     }

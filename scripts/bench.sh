@@ -1,0 +1,93 @@
+#!/bin/bash
+# Side-by-side benchmark: ferroce against Linux rxe and kernel TCP, in one run.
+#
+#   scripts/bench.sh [vm|host|all]     (default all; needs root)
+#
+#   vm    inside the rxe VM (tests/interop/rxe-vm; TCG when there is no KVM, so the
+#         figures are emulated), on one veth pair: rxe <-> rxe (perftest), ferroce <-> rxe,
+#         ferroce <-> ferroce, TCP (iperf3); for each veth MTU in $MTUS (default
+#         "1500 9000": RoCE MTU 1024 and 4096). (scripts/bench/guest.sh)
+#   host  natively on this machine: ferroce <-> ferroce between two network namespaces on a
+#         veth pair, and iperf3 on the same pair (and rxe <-> rxe when this kernel has it).
+#
+# Tests: RDMA WRITE bandwidth at 64 KiB and 4 KiB (`ib_write_bw` / `ferroce perf write-bw`,
+# -D $DURATION s, default 8) and 2-byte WRITE latency (`ib_write_lat` / `ferroce perf
+# write-lat`, 2000 iterations, typical = median). Prints a table per place with ratios:
+# ferroce<->ferroce over rxe<->rxe and over TCP for bandwidth, rxe over ferroce for latency
+# (so > 1 is ferroce ahead everywhere). Logs: target/bench/.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+what=${1:-all}
+case $what in vm|host|all) ;; *) echo "usage: scripts/bench.sh [vm|host|all]" >&2; exit 2 ;; esac
+[ "$(id -u)" = 0 ] || { echo "scripts/bench.sh needs root (network namespaces, the VM's rxe); run it with sudo" >&2; exit 2; }
+MTUS=${MTUS:-1500 9000} DURATION=${DURATION:-8}
+out=$root/target/bench; rm -rf "$out"; mkdir -p "$out"
+command -v iperf3 >/dev/null || { echo "[bench] installing iperf3"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iperf3 >/dev/null; }
+(cd "$root" && cargo build --release --quiet --bin ferroce) || exit 1
+F=${CARGO_TARGET_DIR:-$root/target}/release/ferroce
+machine="$(nproc) CPUs, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), Linux $(uname -r)"
+
+# table TITLE RESULTS_FILE: RESULT lines "RESULT mtu test pair value unit" -> a table.
+table() {
+  echo
+  echo "$1"
+  awk '
+    $1 == "RESULT" { v[$2 " " $3 " " $4] = $5; u[$3] = $6; mtus[$2] = 1; tests[$3] = 1 }
+    function f(x) { return (x == "" || x == "FAILED") ? "-" : x }
+    function ratio(a, b) { return (a + 0 > 0 && b + 0 > 0) ? sprintf("%.2fx", a / b) : "-" }
+    END {
+      printf "| %-5s | %-20s | %-10s | %-12s | %-16s | %-10s | %-15s | %-15s |\n", "MTU", "test", "rxe<->rxe", "ferroce<->rxe", "ferroce<->ferroce", "TCP iperf3", "ferroce / rxe", "ferroce / TCP"
+      print "|-------|----------------------|------------|--------------|------------------|------------|-----------------|-----------------|"
+      n = split("write_bw-65536 write_bw-4096 write_lat-2", order, " ")
+      for (m in mtus) for (i = 1; i <= n; i++) {
+        t = order[i]; if (!(t in tests)) continue
+        rr = v[m " " t " rxe-rxe"]; fr = v[m " " t " ferroce-rxe"]; ff = v[m " " t " ferroce-ferroce"]; tcp = v[m " tcp tcp-iperf3"]
+        lat = (t ~ /lat/)
+        name = (t == "write_bw-65536") ? "WRITE 64 KiB, Gb/s" : (t == "write_bw-4096") ? "WRITE 4 KiB, Gb/s" : "WRITE 2 B, us typ."
+        printf "| %-5s | %-20s | %-10s | %-12s | %-16s | %-10s | %-15s | %-15s |\n", m, name, f(rr), f(fr), f(ff),
+          lat ? "" : f(tcp), lat ? ratio(rr, ff) " faster" : ratio(ff, rr), lat ? "" : ratio(ff, tcp)
+      }
+    }' "$2"
+}
+
+if [ "$what" != host ]; then
+  echo "[bench] rxe VM: MTUs $MTUS, ${DURATION} s per bandwidth run (TCG: emulated figures)"
+  "$root/tests/interop/rxe-vm/run.sh" --timeout 1800 "$root/scripts/bench/guest.sh" "$out/vm" "$F" "$MTUS" "$DURATION" >"$out/vm.log" 2>&1
+  echo "[bench] VM exit $?"
+  grep -E '^(guest:|RESULT)' "$out/vm/console.log" | tee "$out/vm-results.txt"
+  table "In the rxe VM (emulated: qemu TCG, 2 vCPUs) on $(date +%F), host: $machine" "$out/vm-results.txt" | tee "$out/vm-table.md"
+fi
+
+if [ "$what" != vm ]; then
+  echo "[bench] natively on this host: ferroce <-> ferroce and iperf3 between netns ba and bb"
+  res=$out/host-results.txt; : >"$res"
+  cleanup() { ip netns del ba 2>/dev/null; ip netns del bb 2>/dev/null; true; }
+  cleanup; trap cleanup EXIT
+  for MTU in $MTUS; do
+    ip netns add ba; ip netns add bb
+    ip link add vba mtu "$MTU" netns ba type veth peer name vbb mtu "$MTU" netns bb
+    ip -n ba addr add 10.78.0.1/24 dev vba; ip -n bb addr add 10.78.0.2/24 dev vbb
+    for n in ba bb; do ip -n $n link set lo up; done
+    ip -n ba link set vba up; ip -n bb link set vbb up
+    wait_port() { for _ in $(seq 1 100); do ip netns exec bb ss -ltn | grep -q ":$1\b" && return 0; sleep 0.05; done; return 1; }
+    for t in "write-bw 65536" "write-bw 4096" "write-lat 2"; do
+      set -- $t
+      if [ "$1" = write-bw ]; then flags="-s $2 -D $DURATION -F --report_gbits"; col=4; else flags="-s $2 -n 2000 -F"; col=5; fi
+      log=$out/host-$MTU-$1-$2
+      ip netns exec bb timeout 120 "$F" perf "$1" -d vbb $flags >"$log.server" 2>&1 &
+      wait_port 18515
+      ip netns exec ba timeout 120 "$F" perf "$1" -d vba $flags 10.78.0.2 >"$log.client" 2>&1
+      wait
+      v=$(awk -v c=$col '/^ #bytes/ { t = 1; next } t && /^ [0-9]/ { r = $c } END { print r }' "$log.client")
+      unit=Gb/s; [ "$1" = write-lat ] && unit=us
+      echo "RESULT $MTU ${1//-/_}-$2 ferroce-ferroce ${v:-FAILED} $unit" | tee -a "$res"
+    done
+    ip netns exec bb iperf3 -s -1 -B 10.78.0.2 >"$out/host-$MTU-iperf3.server" 2>&1 &
+    wait_port 5201
+    ip netns exec ba iperf3 -c 10.78.0.2 -t "$DURATION" -J >"$out/host-$MTU-iperf3.json" 2>&1
+    wait
+    echo "RESULT $MTU tcp tcp-iperf3 $(awk -F: '/"bits_per_second"/ { v = $2 } END { gsub(/[ ,]/, "", v); printf "%.3f", v / 1e9 }' "$out/host-$MTU-iperf3.json") Gb/s" | tee -a "$res"
+    cleanup
+  done
+  table "Natively on this host (no rxe in its kernel) on $(date +%F): $machine" "$res" | tee "$out/host-table.md"
+fi
