@@ -1,7 +1,7 @@
 #!/bin/bash
 # Side-by-side benchmark: ferroce against Linux rxe and kernel TCP, in one run.
 #
-#   scripts/bench.sh [vm|host|all]     (default all; needs root)
+#   scripts/bench.sh [vm|host|memory|all]     (default all; vm and host need root)
 #
 #   vm    inside the rxe VM (tests/interop/rxe-vm; TCG when there is no KVM, so the
 #         figures are emulated), on one veth pair: rxe <-> rxe (perftest), ferroce <-> rxe,
@@ -15,10 +15,16 @@
 # write-lat`, 2000 iterations, typical = median). Prints a table per place with ratios:
 # ferroce<->ferroce over rxe<->rxe and over TCP for bandwidth, rxe over ferroce for latency
 # (so > 1 is ferroce ahead everywhere). Logs: target/bench/.
+#   memory  resident memory with 1, 100 and 10,000 QP pairs open (examples/qp_memory.rs).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 what=${1:-all}
-case $what in vm|host|all) ;; *) echo "usage: scripts/bench.sh [vm|host|all]" >&2; exit 2 ;; esac
+case $what in vm|host|memory|all) ;; *) echo "usage: scripts/bench.sh [vm|host|memory|all]" >&2; exit 2 ;; esac
+if [ "$what" = memory ] || [ "$what" = all ]; then
+  echo "[bench] resident memory per QP (in-memory wire, no privileges needed)"
+  (cd "$root" && cargo run --release --quiet --example qp_memory -- 1 100 10000) || exit 1
+  [ "$what" = memory ] && exit 0
+fi
 [ "$(id -u)" = 0 ] || { echo "scripts/bench.sh needs root (network namespaces, the VM's rxe); run it with sudo" >&2; exit 2; }
 MTUS=${MTUS:-1500 9000} DURATION=${DURATION:-8}
 out=$root/target/bench; rm -rf "$out"; mkdir -p "$out"
@@ -45,7 +51,7 @@ table() {
         lat = (t ~ /lat/)
         name = (t == "write_bw-65536") ? "WRITE 64 KiB, Gb/s" : (t == "write_bw-4096") ? "WRITE 4 KiB, Gb/s" : "WRITE 2 B, us typ."
         printf "| %-5s | %-20s | %-10s | %-12s | %-16s | %-10s | %-15s | %-15s |\n", m, name, f(rr), f(fr), f(ff),
-          lat ? "" : f(tcp), lat ? ratio(rr, ff) " faster" : ratio(ff, rr), lat ? "" : ratio(ff, tcp)
+          lat ? "" : f(tcp), ratio(lat ? rr : ff, lat ? ff : rr), lat ? "" : ratio(ff, tcp)
       }
     }' "$2"
 }
