@@ -83,11 +83,23 @@ fn refused_flags() {
             "write NAME=VALUE",
         ),
         (
-            &["perf", "write-bw", "--dcqcn", "--dcqcn-param", "line_rate=0"],
+            &[
+                "perf",
+                "write-bw",
+                "--dcqcn",
+                "--dcqcn-param",
+                "line_rate=0",
+            ],
             "invalid DCQCN parameter line_rate",
         ),
         (
-            &["perf", "write-bw", "--dcqcn", "--dcqcn-param", "rpg_min_rate=x"],
+            &[
+                "perf",
+                "write-bw",
+                "--dcqcn",
+                "--dcqcn-param",
+                "rpg_min_rate=x",
+            ],
             "is not a non-negative integer",
         ),
     ];

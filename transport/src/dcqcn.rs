@@ -209,10 +209,7 @@ impl DcqcnConfig {
             "rpg_min_rate above the maximum rate",
         )?;
         bad(self.dce_tcp_g > 1024, "dce_tcp_g")?;
-        bad(
-            self.initial_alpha_value > 1024,
-            "initial_alpha_value",
-        )?;
+        bad(self.initial_alpha_value > 1024, "initial_alpha_value")?;
         bad(self.cnp_dscp > 63, "cnp_dscp")?;
         bad(self.cnp_802p_prio > 7, "cnp_802p_prio")?;
         Ok(())
