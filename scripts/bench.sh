@@ -27,7 +27,7 @@ if [ "$what" = memory ] || [ "$what" = all ]; then
 fi
 [ "$(id -u)" = 0 ] || { echo "scripts/bench.sh needs root (network namespaces, the VM's rxe); run it with sudo" >&2; exit 2; }
 MTUS=${MTUS:-1500 9000} DURATION=${DURATION:-8}
-out=$root/target/bench; rm -rf "$out"; mkdir -p "$out"
+out=$root/target/bench; mkdir -p "$out"   # each part replaces only its own files
 command -v iperf3 >/dev/null || { echo "[bench] installing iperf3"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iperf3 >/dev/null; }
 (cd "$root" && cargo build --release --quiet --bin ferroce) || exit 1
 F=${CARGO_TARGET_DIR:-$root/target}/release/ferroce
@@ -57,6 +57,7 @@ table() {
 }
 
 if [ "$what" != host ]; then
+  rm -rf "$out/vm" "$out"/vm-* "$out/vm.log"
   echo "[bench] rxe VM: MTUs $MTUS, ${DURATION} s per bandwidth run (TCG: emulated figures)"
   "$root/tests/interop/rxe-vm/run.sh" --timeout 1800 "$root/scripts/bench/guest.sh" "$out/vm" "$F" "$MTUS" "$DURATION" >"$out/vm.log" 2>&1
   echo "[bench] VM exit $?"
@@ -66,6 +67,7 @@ fi
 
 if [ "$what" != vm ]; then
   echo "[bench] natively on this host: ferroce <-> ferroce and iperf3 between netns ba and bb"
+  rm -f "$out"/host-*
   res=$out/host-results.txt; : >"$res"
   cleanup() { ip netns del ba 2>/dev/null; ip netns del bb 2>/dev/null; true; }
   cleanup; trap cleanup EXIT

@@ -7,9 +7,10 @@ use ferroce_transport::{CqId, WorkCompletion};
 use super::Context;
 
 /// Polls `wait_one` makes (each one also polling the link, yielding the core in between)
-/// before it sleeps: a few milliseconds natively, longer than an emulated round trip. A
-/// sleep hands the link back to the driver thread, which then needs a wake-up per frame.
-const SPIN_POLLS: usize = 2000;
+/// before it sleeps: a few hundred microseconds natively, longer than an emulated round
+/// trip. A sleep hands the link back to the driver thread, which then needs a wake-up per
+/// frame; spinning longer burns a core that others (a router, the peer) may need.
+const SPIN_POLLS: usize = 200;
 
 /// A completion queue.
 #[derive(Debug)]

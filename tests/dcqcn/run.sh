@@ -69,9 +69,10 @@ topology() {
   # 5% as the average queue grows from 10 to 60 KB (8 to 48 ms at 10 Mb/s; a short
   # average, close to the instantaneous queue switches mark on), as a switch's RoCE class;
   # only over 1 MB does it tail-drop. perftest's TCP exchange has a class of its own. The
-  # 64 KB burst lets htb catch up when its timer fires late (TCG).
+  # 256 KB burst and cburst let htb catch up when its timer fires late (TCG); the rate
+  # holds over any window longer than a fifth of a second.
   tc -n dq-r qdisc add dev r3 root handle 1: htb default 2
-  tc -n dq-r class add dev r3 parent 1: classid 1:1 htb rate "${RATE}mbit" ceil "${RATE}mbit" burst 64k
+  tc -n dq-r class add dev r3 parent 1: classid 1:1 htb rate "${RATE}mbit" ceil "${RATE}mbit" burst 256k cburst 256k
   tc -n dq-r class add dev r3 parent 1: classid 1:2 htb rate 100mbit
   tc -n dq-r qdisc add dev r3 parent 1:1 handle 10: red limit 1000000 min 10000 max 60000 \
     avpkt 1100 burst 10 probability 0.05 bandwidth "${RATE}mbit" ecn
@@ -79,7 +80,7 @@ topology() {
     match ip protocol 17 0xff match ip dport 4791 0xffff flowid 1:1
 }
 
-# The bottleneck's counters every 200 ms:
+# The bottleneck's counters every 500 ms (each sample forks tc and awk):
 #   time_s,marked,early,pdrop,other,dropped,backlog_bytes,sent_bytes
 sample_queue() {
   echo "time_s,marked,early,pdrop,other,dropped,backlog_bytes,sent_bytes"
@@ -90,7 +91,7 @@ sample_queue() {
       red && /backlog/ { b = $2; sub(/b$/, "", b); if (b ~ /K$/) { sub(/K$/, "", b); b *= 1000 } }
       red && /marked/ { for (i = 1; i <= NF; i++) v[$i] = $(i + 1);
         printf "%s,%d,%d,%d,%d,%d,%d,%d\n", t, v["marked"], v["early"], v["pdrop"], v["other"], d, b, s; exit }'
-    sleep 0.2
+    sleep 0.5
   done
 }
 
@@ -104,7 +105,7 @@ run() {
   # the marking queue's feedback takes tens of milliseconds, so the periods are scaled up:
   # at most one cut per 40 ms (about a round trip through the queue), a CNP per QP per
   # ms, α updated per ms, a rate increase (1 Mb/s, hyper 2 Mb/s) every 50 ms or 200 KB.
-  [ "$mode" = on ] && cc=(--dcqcn --dcqcn-param "line_rate=$RATE,rpg_ai_rate=1,rpg_hai_rate=2,rpg_time_reset=50000,rpg_byte_reset=200000,dce_tcp_rtt=1000,rate_reduce_monitor_period=40000,min_time_between_cnps=1000,rpg_min_rate=1")
+  [ "$mode" = on ] && cc=(--dcqcn --dcqcn-param "line_rate=$RATE,rpg_ai_rate=1,rpg_hai_rate=2,rpg_time_reset=20000,rpg_byte_reset=0,dce_tcp_rtt=1000,rate_reduce_monitor_period=40000,min_time_between_cnps=1000,rpg_min_rate=1")
   topology
   # -u 18: a 1.07 s ACK timeout, above the worst queueing delay (1 MB at 10 Mb/s: 0.8 s).
   local common=(perf write-bw -s 65536 -D "$DURATION" -f 1 -u 18 --report_gbits --stats --rate-interval 100 "${cc[@]}")
