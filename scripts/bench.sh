@@ -14,7 +14,8 @@
 # -D $DURATION s, default 8) and 2-byte WRITE latency (`ib_write_lat` / `ferroce perf
 # write-lat`, 2000 iterations, typical = median). Prints a table per place with ratios:
 # ferroce<->ferroce over rxe<->rxe and over TCP for bandwidth, rxe over ferroce for latency
-# (so > 1 is ferroce ahead everywhere). Logs: target/bench/.
+# (so > 1 is ferroce ahead everywhere). Each figure is the median of $REPEAT runs (default
+# 3; the VM's figures swing by up to 2x between runs). Logs: target/bench/.
 #   memory  resident memory with 1, 100 and 10,000 QP pairs open (examples/qp_memory.rs).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,7 +27,7 @@ if [ "$what" = memory ] || [ "$what" = all ]; then
   [ "$what" = memory ] && exit 0
 fi
 [ "$(id -u)" = 0 ] || { echo "scripts/bench.sh needs root (network namespaces, the VM's rxe); run it with sudo" >&2; exit 2; }
-MTUS=${MTUS:-1500 9000} DURATION=${DURATION:-8}
+MTUS=${MTUS:-1500 9000} DURATION=${DURATION:-8} REPEAT=${REPEAT:-3}
 out=$root/target/bench; mkdir -p "$out"   # each part replaces only its own files
 command -v iperf3 >/dev/null || { echo "[bench] installing iperf3"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iperf3 >/dev/null; }
 (cd "$root" && cargo build --release --quiet --bin ferroce) || exit 1
@@ -38,16 +39,24 @@ table() {
   echo
   echo "$1"
   awk '
-    $1 == "RESULT" { v[$2 " " $3 " " $4] = $5; u[$3] = $6; mtus[$2] = 1; tests[$3] = 1 }
+    $1 == "RESULT" && $5 != "FAILED" && $5 + 0 > 0 { k = $2 " " $3 " " $4; n[k]++; all[k, n[k]] = $5 + 0 }
+    $1 == "RESULT" { mtus[$2] = 1; tests[$3] = 1 }
+    function median(k,   m, i, j, t, a) {
+      m = n[k]; if (m == 0) return ""
+      for (i = 1; i <= m; i++) a[i] = all[k, i]
+      for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+      return (m % 2) ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
+    }
     function f(x) { return (x == "" || x == "FAILED") ? "-" : x }
     function ratio(a, b) { return (a + 0 > 0 && b + 0 > 0) ? sprintf("%.2fx", a / b) : "-" }
     END {
       printf "| %-5s | %-20s | %-10s | %-12s | %-16s | %-10s | %-15s | %-15s |\n", "MTU", "test", "rxe<->rxe", "ferroce<->rxe", "ferroce<->ferroce", "TCP iperf3", "ferroce / rxe", "ferroce / TCP"
       print "|-------|----------------------|------------|--------------|------------------|------------|-----------------|-----------------|"
-      n = split("write_bw-65536 write_bw-4096 write_lat-2", order, " ")
-      for (m in mtus) for (i = 1; i <= n; i++) {
+      nt = split("write_bw-65536 write_bw-4096 write_lat-2", order, " ")
+      for (m in mtus) for (i = 1; i <= nt; i++) {
         t = order[i]; if (!(t in tests)) continue
-        rr = v[m " " t " rxe-rxe"]; fr = v[m " " t " ferroce-rxe"]; ff = v[m " " t " ferroce-ferroce"]; tcp = v[m " tcp tcp-iperf3"]
+        rr = median(m " " t " rxe-rxe"); fr = median(m " " t " ferroce-rxe"); ff = median(m " " t " ferroce-ferroce"); tcp = median(m " tcp tcp-iperf3")
+        if (rr != "") rr = sprintf("%.3g", rr); if (fr != "") fr = sprintf("%.3g", fr); if (ff != "") ff = sprintf("%.3g", ff); if (tcp != "") tcp = sprintf("%.3g", tcp)
         lat = (t ~ /lat/)
         name = (t == "write_bw-65536") ? "WRITE 64 KiB, Gb/s" : (t == "write_bw-4096") ? "WRITE 4 KiB, Gb/s" : "WRITE 2 B, us typ."
         printf "| %-5s | %-20s | %-10s | %-12s | %-16s | %-10s | %-15s | %-15s |\n", m, name, f(rr), f(fr), f(ff),
@@ -59,7 +68,7 @@ table() {
 if [ "$what" != host ]; then
   rm -rf "$out/vm" "$out"/vm-* "$out/vm.log"
   echo "[bench] rxe VM: MTUs $MTUS, ${DURATION} s per bandwidth run (TCG: emulated figures)"
-  "$root/tests/interop/rxe-vm/run.sh" --timeout 1800 "$root/scripts/bench/guest.sh" "$out/vm" "$F" "$MTUS" "$DURATION" >"$out/vm.log" 2>&1
+  "$root/tests/interop/rxe-vm/run.sh" --timeout 3000 "$root/scripts/bench/guest.sh" "$out/vm" "$F" "$MTUS" "$DURATION" "$REPEAT" >"$out/vm.log" 2>&1
   echo "[bench] VM exit $?"
   grep -E '^(guest:|RESULT)' "$out/vm/console.log" | tee "$out/vm-results.txt"
   table "In the rxe VM (emulated: qemu TCG, 2 vCPUs) on $(date +%F), host: $machine" "$out/vm-results.txt" | tee "$out/vm-table.md"
@@ -79,9 +88,10 @@ if [ "$what" != vm ]; then
     ip -n ba link set vba up; ip -n bb link set vbb up
     wait_port() { for _ in $(seq 1 100); do ip netns exec bb ss -ltn | grep -q ":$1\b" && return 0; sleep 0.05; done; return 1; }
     for t in "write-bw 65536" "write-bw 4096" "write-lat 2"; do
+     for rep in $(seq 1 "$REPEAT"); do
       set -- $t
       if [ "$1" = write-bw ]; then flags="-s $2 -D $DURATION -F --report_gbits"; col=4; else flags="-s $2 -n 2000 -F"; col=5; fi
-      log=$out/host-$MTU-$1-$2
+      log=$out/host-$MTU-$1-$2-$rep
       ip netns exec bb timeout 120 "$F" perf "$1" -d vbb $flags >"$log.server" 2>&1 &
       wait_port 18515
       ip netns exec ba timeout 120 "$F" perf "$1" -d vba $flags 10.78.0.2 >"$log.client" 2>&1
@@ -89,12 +99,15 @@ if [ "$what" != vm ]; then
       v=$(awk -v c=$col '/^ #bytes/ { t = 1; next } t && /^ [0-9]/ { r = $c } END { print r }' "$log.client")
       unit=Gb/s; [ "$1" = write-lat ] && unit=us
       echo "RESULT $MTU ${1//-/_}-$2 ferroce-ferroce ${v:-FAILED} $unit" | tee -a "$res"
+     done
     done
-    ip netns exec bb iperf3 -s -1 -B 10.78.0.2 >"$out/host-$MTU-iperf3.server" 2>&1 &
-    wait_port 5201
-    ip netns exec ba iperf3 -c 10.78.0.2 -t "$DURATION" -J >"$out/host-$MTU-iperf3.json" 2>&1
-    wait
-    echo "RESULT $MTU tcp tcp-iperf3 $(awk -F: '/"bits_per_second"/ { v = $2 } END { gsub(/[ ,]/, "", v); printf "%.3f", v / 1e9 }' "$out/host-$MTU-iperf3.json") Gb/s" | tee -a "$res"
+    for rep in $(seq 1 "$REPEAT"); do
+      ip netns exec bb iperf3 -s -1 -B 10.78.0.2 >"$out/host-$MTU-iperf3-$rep.server" 2>&1 &
+      wait_port 5201
+      ip netns exec ba iperf3 -c 10.78.0.2 -t "$DURATION" -J >"$out/host-$MTU-iperf3-$rep.json" 2>&1
+      wait
+      echo "RESULT $MTU tcp tcp-iperf3 $(awk -F: '/"bits_per_second"/ { v = $2 } END { gsub(/[ ,]/, "", v); printf "%.3f", v / 1e9 }' "$out/host-$MTU-iperf3-$rep.json") Gb/s" | tee -a "$res"
+    done
     cleanup
   done
   table "Natively on this host (no rxe in its kernel) on $(date +%F): $machine" "$res" | tee "$out/host-table.md"

@@ -6,9 +6,9 @@
 #   TCP                   iperf3 between the same two ends
 # with ib_write_bw / `ferroce perf write-bw` at 64 KiB and 4 KiB (-D seconds) and
 # ib_write_lat / `ferroce perf write-lat` at 2 bytes. Prints "RESULT mtu test pair value unit".
-#   guest.sh FERROCE_BINARY "MTUS" DURATION
+#   guest.sh FERROCE_BINARY "MTUS" DURATION REPEAT   (REPEAT runs of each; one RESULT each)
 . "$RXEVM_HOME/guest/lib.sh"
-F=$1 MTUS=${2:-1500} D=${3:-8}
+F=$1 MTUS=${2:-1500} D=${3:-8} R=${4:-1}
 [ -x "$F" ] || F=/run/hostroot$F
 [ -x "$F" ] || { echo "guest: cannot see $F"; exit 1; }
 OUT=${OUT:-/tmp/bench}; mkdir -p "$OUT/logs"
@@ -29,8 +29,10 @@ bench() {
   local mtu=$1 pair=$2 sn=$3 st=$4 cn=$5 ct=$6 addr=$7 t
   for t in "write_bw 65536 bw" "write_bw 4096 bw" "write_lat 2 lat"; do
     set -- $t
-    local tool=$1 size=$2 kind=$3 flags attempt log=$OUT/logs/$mtu-$pair-$1-$2
+    local tool=$1 size=$2 kind=$3 flags attempt rep log
     if [ "$kind" = bw ]; then flags="-s $size -D $D -F --report_gbits"; else flags="-s $size -n 2000 -F"; fi
+    for rep in $(seq 1 "$R"); do
+    log=$OUT/logs/$mtu-$pair-$tool-$size-$rep
     # perftest calibrates its clock against /proc/cpuinfo; under TCG that sometimes fails
     # and it reports zeros: such a run goes once more.
     for attempt in 1 2; do
@@ -42,6 +44,7 @@ bench() {
       grep -q "Correlation coefficient" "$log.client" "$log.server" || break
     done
     result "$mtu" "$tool-$size" "$pair" "$log.client" "$kind"
+    done
   done
 }
 in_ns() { local ns=$1; shift; if [ "$ns" = - ]; then "$@"; else ip netns exec "$ns" "$@"; fi; }
@@ -66,11 +69,13 @@ for MTU in $MTUS; do
   ip netns add fb; ip link set vethB netns fb
   ip -n fb link set lo up; ip -n fb addr add 10.77.0.2/24 dev vethB; ip -n fb link set vethB up
   bench "$MTU" ferroce-ferroce fb "ferroce vethB" fa "ferroce vethA" 10.77.0.2
-  ip netns exec fb iperf3 -s -1 -B 10.77.0.2 >"$OUT/logs/$MTU-iperf3.server" 2>&1 &
-  wait_port 5201 fb
-  ip netns exec fa iperf3 -c 10.77.0.2 -t "$D" -J >"$OUT/logs/$MTU-iperf3.json" 2>&1
-  wait
-  echo "RESULT $MTU tcp tcp-iperf3 $(awk -F: '/"bits_per_second"/ { v = $2 } END { gsub(/[ ,]/, "", v); printf "%.3f", v / 1e9 }' "$OUT/logs/$MTU-iperf3.json") Gb/s"
+  for rep in $(seq 1 "$R"); do
+    ip netns exec fb iperf3 -s -1 -B 10.77.0.2 >"$OUT/logs/$MTU-iperf3-$rep.server" 2>&1 &
+    wait_port 5201 fb
+    ip netns exec fa iperf3 -c 10.77.0.2 -t "$D" -J >"$OUT/logs/$MTU-iperf3-$rep.json" 2>&1
+    wait
+    echo "RESULT $MTU tcp tcp-iperf3 $(awk -F: '/"bits_per_second"/ { v = $2 } END { gsub(/[ ,]/, "", v); printf "%.3f", v / 1e9 }' "$OUT/logs/$MTU-iperf3-$rep.json") Gb/s"
+  done
   # Back to a clean initial namespace for the next MTU.
   ip netns del fa; ip netns del fb
   for p in 5 6 10 11; do ip rule del pref $p 2>/dev/null; done
