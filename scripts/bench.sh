@@ -6,7 +6,8 @@
 #   vm    inside the rxe VM (tests/interop/rxe-vm; TCG when there is no KVM, so the
 #         figures are emulated), on one veth pair: rxe <-> rxe (perftest), ferroce <-> rxe,
 #         ferroce <-> ferroce, TCP (iperf3); for each veth MTU in $MTUS (default
-#         "1500 9000": RoCE MTU 1024 and 4096). (scripts/bench/guest.sh)
+#         "1500 9000": RoCE MTU 1024 and 4096). (scripts/bench/guest.sh; the measuring
+#         functions, shared with the host part, are in scripts/bench/lib.sh)
 #   host  natively on this machine: ferroce <-> ferroce between two network namespaces on a
 #         veth pair, and iperf3 on the same pair (and rxe <-> rxe when this kernel has it).
 #
@@ -68,7 +69,7 @@ table() {
 if [ "$what" != host ]; then
   rm -rf "$out/vm" "$out"/vm-* "$out/vm.log"
   echo "[bench] rxe VM: MTUs $MTUS, ${DURATION} s per bandwidth run (TCG: emulated figures)"
-  "$root/tests/interop/rxe-vm/run.sh" --timeout 3000 "$root/scripts/bench/guest.sh" "$out/vm" "$F" "$MTUS" "$DURATION" "$REPEAT" >"$out/vm.log" 2>&1
+  "$root/tests/interop/rxe-vm/run.sh" --timeout 3000 "$root/scripts/bench/guest.sh" "$out/vm" "$F" "$MTUS" "$DURATION" "$REPEAT" "$root/scripts/bench/lib.sh" >"$out/vm.log" 2>&1
   echo "[bench] VM exit $?"
   grep -E '^(guest:|RESULT)' "$out/vm/console.log" | tee "$out/vm-results.txt"
   table "In the rxe VM (emulated: qemu TCG, 2 vCPUs) on $(date +%F), host: $machine" "$out/vm-results.txt" | tee "$out/vm-table.md"
@@ -76,39 +77,24 @@ fi
 
 if [ "$what" != vm ]; then
   echo "[bench] natively on this host: ferroce <-> ferroce and iperf3 between netns ba and bb"
-  rm -f "$out"/host-*
+  rm -rf "$out"/host-* "$out/host"
   res=$out/host-results.txt; : >"$res"
   cleanup() { ip netns del ba 2>/dev/null; ip netns del bb 2>/dev/null; true; }
   cleanup; trap cleanup EXIT
-  for MTU in $MTUS; do
-    ip netns add ba; ip netns add bb
-    ip link add vba mtu "$MTU" netns ba type veth peer name vbb mtu "$MTU" netns bb
-    ip -n ba addr add 10.78.0.1/24 dev vba; ip -n bb addr add 10.78.0.2/24 dev vbb
-    for n in ba bb; do ip -n $n link set lo up; done
-    ip -n ba link set vba up; ip -n bb link set vbb up
-    wait_port() { for _ in $(seq 1 100); do ip netns exec bb ss -ltn | grep -q ":$1\b" && return 0; sleep 0.05; done; return 1; }
-    for t in "write-bw 65536" "write-bw 4096" "write-lat 2"; do
-     for rep in $(seq 1 "$REPEAT"); do
-      set -- $t
-      if [ "$1" = write-bw ]; then flags="-s $2 -D $DURATION -F --report_gbits"; col=4; else flags="-s $2 -n 2000 -F"; col=5; fi
-      log=$out/host-$MTU-$1-$2-$rep
-      ip netns exec bb timeout 120 "$F" perf "$1" -d vbb $flags >"$log.server" 2>&1 &
-      wait_port 18515
-      ip netns exec ba timeout 120 "$F" perf "$1" -d vba $flags 10.78.0.2 >"$log.client" 2>&1
-      wait
-      v=$(awk -v c=$col '/^ #bytes/ { t = 1; next } t && /^ [0-9]/ { r = $c } END { print r }' "$log.client")
-      unit=Gb/s; [ "$1" = write-lat ] && unit=us
-      echo "RESULT $MTU ${1//-/_}-$2 ferroce-ferroce ${v:-FAILED} $unit" | tee -a "$res"
-     done
+  wait_port() { for _ in $(seq 1 100); do ip netns exec "$2" ss -ltn | grep -q ":$1\b" && return 0; sleep 0.05; done; return 1; }
+  (
+    OUT=$out/host D=$DURATION R=$REPEAT; mkdir -p "$OUT/logs"
+    . "$root/scripts/bench/lib.sh"
+    for MTU in $MTUS; do
+      ip netns add ba; ip netns add bb
+      ip link add vba mtu "$MTU" netns ba type veth peer name vbb mtu "$MTU" netns bb
+      ip -n ba addr add 10.78.0.1/24 dev vba; ip -n bb addr add 10.78.0.2/24 dev vbb
+      for n in ba bb; do ip -n $n link set lo up; done
+      ip -n ba link set vba up; ip -n bb link set vbb up
+      bench "$MTU" ferroce-ferroce bb "ferroce vbb" ba "ferroce vba" 10.78.0.2
+      iperf "$MTU" bb ba 10.78.0.2
+      cleanup
     done
-    for rep in $(seq 1 "$REPEAT"); do
-      ip netns exec bb iperf3 -s -1 -B 10.78.0.2 >"$out/host-$MTU-iperf3-$rep.server" 2>&1 &
-      wait_port 5201
-      ip netns exec ba iperf3 -c 10.78.0.2 -t "$DURATION" -J >"$out/host-$MTU-iperf3-$rep.json" 2>&1
-      wait
-      echo "RESULT $MTU tcp tcp-iperf3 $(awk -F: '/"bits_per_second"/ { v = $2 } END { gsub(/[ ,]/, "", v); printf "%.3f", v / 1e9 }' "$out/host-$MTU-iperf3-$rep.json") Gb/s" | tee -a "$res"
-    done
-    cleanup
-  done
+  ) | tee -a "$res"
   table "Natively on this host (no rxe in its kernel) on $(date +%F): $machine" "$res" | tee "$out/host-table.md"
 fi
