@@ -21,7 +21,7 @@ use ferroce_wire::{split_link, EthernetRepr};
 use crate::capture::PcapSink;
 use crate::net::eventfd::{poll_readable, EventFd};
 use crate::net::timerfd::{monotonic_nanos, TimerFd};
-use crate::port::{FrameBatch, Port};
+use crate::port::{FrameBatch, Port, TxOutcome};
 
 /// Largest frame handled: a 4096-byte IB MTU plus all headers, with room for jumbo frames.
 pub const MAX_FRAME: usize = 9216;
@@ -75,6 +75,12 @@ pub struct Shared {
     /// (A counter, not a time: reading the clock on every poll costs a system call where
     /// the clock source is not the TSC, as in the VM.)
     app_polls: AtomicU64,
+    /// Poll mode received frames whose answers have not been sent yet (set and cleared
+    /// with the endpoint locked).
+    answers_pending: AtomicBool,
+    /// The driver sleeps until the link, a wake-up or its timer wakes it (not a nap of at
+    /// most APP_POLL_RECHECK). Changed with the endpoint locked.
+    driver_asleep: AtomicBool,
     /// Threads blocked in `wait_completions`: without any, signalling costs no syscall.
     completion_waiters: std::sync::atomic::AtomicUsize,
     /// The transport's next timer, as armed on `timer` (transport nanoseconds; 0 while the
@@ -116,7 +122,7 @@ impl Shared {
         let sent = self.transmit(&mut ep, TX_BATCH);
         self.arm_if_sooner(&ep);
         drop(ep);
-        if sent == TX_BATCH {
+        if sent.filled == TX_BATCH || sent.ring_full {
             self.waker.wake();
         }
     }
@@ -131,23 +137,17 @@ impl Shared {
 
     /// Receives one batch of frames and hands it to the transport under one lock, then
     /// transmits what it answered (ACKs, READ responses). Returns how many frames came.
-    fn receive(&self, rx: &mut FrameBatch) -> usize {
-        let n = match self.port.recv_batch(rx) {
-            Ok(n) => n,
-            Err(e) => {
-                tracing::warn!(error = %e, "receive failed");
-                return 0;
-            }
-        };
-        if n == 0 {
-            return 0;
-        }
-        let mut ep = self.endpoint();
-        let now = self.now();
-        for i in 0..n {
-            let frame = rx.frame(i);
+    /// With `defer_answers` (poll mode), what the transport answers is left for the next
+    /// transmission instead (see [`Shared::poll_rx`]).
+    fn receive(&self, rx: &mut FrameBatch, defer_answers: bool) -> usize {
+        // The endpoint is locked at the first frame, and held for the whole batch.
+        let mut ep: Option<MutexGuard<'_, Endpoint>> = None;
+        let mut now = None;
+        let got = self.port.recv_each(rx, &mut |frame| {
+            let ep = ep.get_or_insert_with(|| self.endpoint());
+            let now = *now.get_or_insert_with(|| self.now());
             if frame.is_empty() {
-                continue; // our own frame, looped back by an old kernel
+                return; // our own frame, looped back by an old kernel
             }
             self.record(frame);
             // The transport parses, verifies and counts the datagram itself.
@@ -158,26 +158,56 @@ impl Shared {
                     self.counters.lock().expect("counter lock").rx_not_roce += 1;
                 }
             }
+        });
+        let n = got.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "receive failed");
+            0
+        });
+        if let Some(mut ep) = ep {
+            // Only while the driver naps: it looks at the link again within a millisecond
+            // and sends them then if the caller has not. A driver asleep until the link
+            // wakes it might sleep on: the caller took the frames that would have.
+            if defer_answers && !self.driver_asleep.load(Ordering::Relaxed) {
+                self.answers_pending.store(true, Ordering::Relaxed);
+            } else {
+                self.transmit(&mut ep, TX_BATCH);
+            }
+            self.arm_if_sooner(&ep);
         }
-        self.transmit(&mut ep, TX_BATCH);
-        self.arm_if_sooner(&ep);
         n
     }
 
     /// Poll mode for API threads: a thread that found its CQ empty receives whatever the
     /// link holds itself, sparing the driver thread's wake-up (unless the driver is
     /// receiving right now). Returns whether frames came.
+    ///
+    /// The transport's answers to those frames (ACKs, READ responses) are not sent before
+    /// returning: the caller sees its data or completion first, and the answers leave with
+    /// its next post (one system call for both), or at its next poll that finds nothing.
+    /// A ping-pong's critical path thus carries one system call per message, not two.
     pub fn poll_rx(&self) -> bool {
         self.app_polls.fetch_add(1, Ordering::Relaxed);
         let Ok(mut rx) = self.rx.try_lock() else {
             return false;
         };
-        let n = self.receive(&mut rx);
+        let n = self.receive(&mut rx, true);
         drop(rx);
         if n > 0 {
             self.signal_completions();
+        } else if self.answers_pending.load(Ordering::Relaxed) {
+            let mut ep = self.endpoint();
+            self.transmit(&mut ep, TX_BATCH);
+            self.arm_if_sooner(&ep);
         }
         n > 0
+    }
+
+    /// Sends what poll mode left for later (see [`Shared::poll_rx`]) before a change that
+    /// would lose it: a QP being destroyed takes its unsent ACKs with it.
+    pub fn send_pending(&self, ep: &mut Endpoint) {
+        if self.answers_pending.load(Ordering::Relaxed) {
+            self.transmit(ep, TX_BATCH);
+        }
     }
 
     /// Arms the driver's timer for transport time `nanos` (`u64::MAX` disarms); called
@@ -188,59 +218,51 @@ impl Shared {
             .set((nanos != u64::MAX).then(|| self.epoch_monotonic + nanos));
     }
 
-    /// Hands up to `max` datagrams from the transport to the link, in batches of one
-    /// system call; returns how many the transport gave.
-    fn transmit(&self, ep: &mut Endpoint, max: usize) -> usize {
+    /// Hands up to `max` datagrams from the transport to the link, built in place in the
+    /// link's buffers and sent in batches.
+    fn transmit(&self, ep: &mut Endpoint, max: usize) -> TxOutcome {
+        // Whatever poll mode left for later goes now.
+        self.answers_pending.store(false, Ordering::Relaxed);
         let mut tx = self.tx.lock().expect("tx lock");
         let now = self.now();
         let src = self.port.mac();
-        let mut given = 0;
-        while given < max {
-            tx.clear();
-            let neighbours = self.neighbours.lock().expect("neighbour lock");
-            while given < max && tx.len() < tx.capacity() {
-                let i = tx.len();
-                let slot = tx.slot_mut(i);
-                let Some(t) = ep.poll_transmit(now, &mut slot[14..]) else {
-                    break;
-                };
-                given += 1;
-                let Some(&dst) = neighbours.get(&t.dst) else {
-                    tracing::debug!(dst = %t.dst, "no MAC address for destination; dropped");
-                    self.counters.lock().expect("counter lock").tx_no_neighbour += 1;
-                    continue;
-                };
-                let eth = EthernetRepr {
-                    src,
-                    dst,
-                    vlan: None,
-                };
-                if eth.emit(&mut slot[..14], t.dst.is_ipv6()).is_err() {
-                    continue;
-                }
-                tx.push(14 + t.len);
-                self.record(tx.frame(i));
-            }
-            drop(neighbours);
-            if tx.is_empty() {
-                break;
-            }
-            let ok = match self.port.send_batch(&mut tx) {
-                Ok(n) => n,
-                Err(e) => {
-                    tracing::debug!(error = %e, "send failed");
-                    0
-                }
+        let neighbours = self.neighbours.lock().expect("neighbour lock");
+        let mut no_neighbour = 0;
+        let out = self.port.send_each(&mut tx, max, &mut |slot| {
+            let t = ep.poll_transmit(now, &mut slot[14..])?;
+            let Some(&dst) = neighbours.get(&t.dst) else {
+                tracing::debug!(dst = %t.dst, "no MAC address for destination; dropped");
+                no_neighbour += 1;
+                return Some(0);
             };
+            let eth = EthernetRepr {
+                src,
+                dst,
+                vlan: None,
+            };
+            if eth.emit(&mut slot[..14], t.dst.is_ipv6()).is_err() {
+                return Some(0);
+            }
+            self.record(&slot[..14 + t.len]);
+            Some(14 + t.len)
+        });
+        drop(neighbours);
+        let out = out.unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "send failed");
+            // The frames are lost, as on a wire: go-back-N recovers.
+            TxOutcome {
+                filled: 1,
+                refused: 1,
+                ..TxOutcome::default()
+            }
+        });
+        if out.refused > 0 || no_neighbour > 0 {
+            let mut c = self.counters.lock().expect("counter lock");
             // A full or failing link is a loss on the wire: go-back-N recovers.
-            if ok < tx.len() {
-                self.counters.lock().expect("counter lock").send_err += (tx.len() - ok) as u64;
-            }
-            if tx.len() < tx.capacity() {
-                break;
-            }
+            c.send_err += out.refused as u64;
+            c.tx_no_neighbour += no_neighbour;
         }
-        given
+        out
     }
 
     /// The link.
@@ -362,6 +384,8 @@ impl Driver {
             tx: Mutex::new(FrameBatch::new(TX_BATCH)),
             rx: Mutex::new(FrameBatch::new(RX_BATCH)),
             app_polls: AtomicU64::new(0),
+            answers_pending: AtomicBool::new(false),
+            driver_asleep: AtomicBool::new(false),
             completion_waiters: std::sync::atomic::AtomicUsize::new(0),
             planned_wakeup: AtomicU64::new(0),
             timer: TimerFd::new()?,
@@ -385,6 +409,8 @@ impl Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
+        // Answers poll mode left for later (a last ACK) still go out.
+        self.shared.send_pending(&mut self.shared.endpoint());
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.wake();
         if let Some(t) = self.thread.take() {
@@ -410,7 +436,7 @@ fn run(s: &Shared) {
         {
             let mut rx = s.rx.lock().expect("rx lock");
             loop {
-                let n = s.receive(&mut rx);
+                let n = s.receive(&mut rx, false);
                 progressed |= n > 0;
                 if n < RX_BATCH {
                     break;
@@ -426,7 +452,8 @@ fn run(s: &Shared) {
             progressed = true;
         }
         let sent = s.transmit(&mut ep, TX_BATCH);
-        progressed |= sent > 0;
+        // (A full transmit ring empties by itself; the busy-poll below looks again soon.)
+        progressed |= sent.filled > 0;
         if progressed {
             // Cheap when nobody waits; precise tracking would cost more than it saves.
             s.signal_completions();
@@ -454,6 +481,8 @@ fn run(s: &Shared) {
         } else {
             s.arm(next);
         }
+        // Nothing is pending: `transmit` above ran under this same lock.
+        s.driver_asleep.store(!app, Ordering::Relaxed);
         drop(ep);
         // While API threads poll the link, the driver sleeps on its timer and wake-ups only
         // (a frame would otherwise wake two threads), looking again now and then.
@@ -477,5 +506,6 @@ fn run(s: &Shared) {
         }
         let _held = s.endpoint();
         s.planned_wakeup.store(0, Ordering::SeqCst);
+        s.driver_asleep.store(false, Ordering::Relaxed);
     }
 }

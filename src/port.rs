@@ -9,10 +9,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::driver::MAX_FRAME;
-use crate::net::af_packet::{MmsgHeaders, RawSocket, MAX_BATCH};
+use crate::net::af_packet::{MmsgHeaders, RawSocket, RingUse, MAX_BATCH};
 use crate::net::eventfd::EventFd;
 use crate::net::interface::Interface;
 use crate::net::neigh;
+use crate::net::packet_ring::Rings;
 use crate::net::port_guard::PortGuard;
 
 /// A link that carries Ethernet frames.
@@ -30,6 +31,10 @@ pub trait Port: Send + Sync + 'static {
     /// Frames the link dropped on receive (a full socket buffer) since the port opened.
     fn rx_drops(&self) -> u64 {
         0
+    }
+    /// How frames move, for `--stats` and logs: "rx=… tx=…".
+    fn io_mode(&self) -> &'static str {
+        "rx=memory tx=memory"
     }
     /// Receives as many queued frames as `batch` holds; returns how many (0: none).
     fn recv_batch(&self, batch: &mut FrameBatch) -> io::Result<usize> {
@@ -55,6 +60,76 @@ pub trait Port: Send + Sync + 'static {
         }
         Ok(batch.len())
     }
+    /// Hands the queued frames, up to `batch`'s capacity, to `f` in arrival order; returns
+    /// how many came (0: none). Links with a ring shared with the kernel hand them in
+    /// place; the others receive into `batch` first.
+    fn recv_each(&self, batch: &mut FrameBatch, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+        let n = self.recv_batch(batch)?;
+        for i in 0..n {
+            f(batch.frame(i));
+        }
+        Ok(n)
+    }
+    /// Sends up to `max` frames that `fill` builds in place: given a slot of at least
+    /// [`MIN_SLOT`] bytes, it writes a frame and returns its length, `Some(0)` to produce
+    /// nothing this time, or `None` when it has nothing more.
+    fn send_each(
+        &self,
+        batch: &mut FrameBatch,
+        max: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> io::Result<TxOutcome> {
+        send_each_batched(self, batch, max, fill)
+    }
+}
+
+/// [`Port::send_each`] through `batch` and [`Port::send_batch`].
+fn send_each_batched<P: Port + ?Sized>(
+    port: &P,
+    batch: &mut FrameBatch,
+    max: usize,
+    fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+) -> io::Result<TxOutcome> {
+    let mut out = TxOutcome::default();
+    let mut more = true;
+    while more && out.filled < max {
+        batch.clear();
+        while out.filled < max && batch.len() < batch.capacity() {
+            let i = batch.len();
+            let Some(len) = fill(batch.slot_mut(i)) else {
+                more = false;
+                break;
+            };
+            out.filled += 1;
+            if len > 0 {
+                batch.push(len);
+            }
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        let sent = port.send_batch(batch)?;
+        out.queued += sent;
+        out.refused += batch.len() - sent;
+    }
+    Ok(out)
+}
+
+/// The smallest slot [`Port::send_each`] hands out: an Ethernet header and the largest
+/// datagram the transport emits.
+pub const MIN_SLOT: usize = 14 + ferroce_transport::MAX_DATAGRAM_LEN;
+
+/// What one [`Port::send_each`] call did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TxOutcome {
+    /// Times `fill` produced something (a frame or a skip).
+    pub filled: usize,
+    /// Frames handed to the link.
+    pub queued: usize,
+    /// Frames the link refused (full); lost, as on a wire.
+    pub refused: usize,
+    /// Stopped because the link's transmit ring is full: worth trying again soon.
+    pub ring_full: bool,
 }
 
 /// Frame buffers for moving several frames per system call: `capacity` slots of
@@ -148,10 +223,19 @@ impl std::error::Error for PortError {}
 impl PacketPort {
     /// Opens `iface` for RoCE v2.
     pub fn open(iface: Interface) -> Result<PacketPort, PortError> {
-        let socket = RawSocket::open(iface.index).map_err(|e| match e.raw_os_error() {
-            Some(libc::EPERM) | Some(libc::EACCES) => PortError::Permission,
-            _ => PortError::Io(e),
-        })?;
+        // Frames up to the interface's MTU, and always room for the largest datagram the
+        // transport may build (a 4096-byte IB MTU).
+        let max_frame = (iface.mtu as usize + 18).max(MIN_SLOT);
+        let rings = match std::env::var("FERROCE_PACKET_RINGS").as_deref() {
+            Ok("0") | Ok("none") => RingUse::None,
+            Ok("both") => RingUse::Both,
+            _ => RingUse::Rx,
+        };
+        let socket =
+            RawSocket::open(iface.index, max_frame, rings).map_err(|e| match e.raw_os_error() {
+                Some(libc::EPERM) | Some(libc::EACCES) => PortError::Permission,
+                _ => PortError::Io(e),
+            })?;
         let mut guards = Vec::new();
         for (addr, _) in &iface.addrs {
             if let IpAddr::V6(v6) = addr {
@@ -167,12 +251,14 @@ impl PacketPort {
                 Err(e) => tracing::warn!(%addr, error = %e, "cannot bind UDP 4791 guard"),
             }
         }
-        Ok(PacketPort {
+        let port = PacketPort {
             iface,
             socket,
             _guards: guards,
             rx_drops: AtomicU64::new(0),
-        })
+        };
+        tracing::info!(iface = %port.iface.name, io = port.io_mode(), "port open");
+        Ok(port)
     }
 
     /// The interface.
@@ -186,10 +272,57 @@ impl Port for PacketPort {
         self.iface.mac
     }
     fn send(&self, frame: &[u8]) -> io::Result<bool> {
-        self.socket.send(frame)
+        let Some(rings) = self.socket.rings().filter(|r| r.has_tx()) else {
+            return self.socket.send(frame);
+        };
+        let mut once = Some(frame);
+        let out = rings.send_each(1, &mut |slot| {
+            let f = once.take()?;
+            let n = f.len().min(slot.len());
+            slot[..n].copy_from_slice(&f[..n]);
+            Some(n)
+        })?;
+        Ok(out.queued == 1)
     }
     fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        self.socket.recv(buf)
+        let Some(rings) = self.socket.rings() else {
+            return self.socket.recv(buf);
+        };
+        let mut got = None;
+        while got.is_none() {
+            let taken = rings.recv_each(1, &mut |f| {
+                let n = f.len().min(buf.len());
+                buf[..n].copy_from_slice(&f[..n]);
+                got = Some(n);
+            });
+            if taken == 0 {
+                break;
+            }
+        }
+        Ok(got)
+    }
+    fn recv_each(&self, batch: &mut FrameBatch, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+        match self.socket.rings() {
+            Some(rings) => Ok(rings.recv_each(batch.capacity(), f)),
+            None => {
+                let n = self.recv_batch(batch)?;
+                for i in 0..n {
+                    f(batch.frame(i));
+                }
+                Ok(n)
+            }
+        }
+    }
+    fn send_each(
+        &self,
+        batch: &mut FrameBatch,
+        max: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> io::Result<TxOutcome> {
+        match self.socket.rings().filter(|r| r.has_tx()) {
+            Some(rings) => rings.send_each(max, fill),
+            None => send_each_batched(self, batch, max, fill),
+        }
     }
     fn fd(&self) -> RawFd {
         self.socket.as_raw_fd()
@@ -210,9 +343,17 @@ impl Port for PacketPort {
         let n = b.count;
         self.socket.send_many(&b.data, &mut b.headers, &b.lens[..n])
     }
+    fn io_mode(&self) -> &'static str {
+        match self.socket.rings() {
+            Some(r) if r.has_tx() => "rx=ring tx=ring",
+            Some(_) => "rx=ring tx=sendmmsg",
+            None => "rx=recvmmsg tx=sendmmsg",
+        }
+    }
     fn rx_drops(&self) -> u64 {
         let new = self.socket.take_drops().unwrap_or(0);
-        self.rx_drops.fetch_add(new, Ordering::Relaxed) + new
+        let truncated = self.socket.rings().map_or(0, Rings::truncated);
+        self.rx_drops.fetch_add(new, Ordering::Relaxed) + new + truncated
     }
 }
 

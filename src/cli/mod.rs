@@ -74,6 +74,7 @@ fn print_stats(ctx: &ferroce::verbs::Context) {
         .filter(|(_, v)| *v != 0)
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
+    eprintln!("link: {}", ctx.link_io());
     eprintln!("counters: {}", c.join(" "));
 }
 

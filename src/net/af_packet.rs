@@ -2,15 +2,28 @@
 //!
 //! The socket is created with protocol 0 (it receives nothing), gets the BPF filter, and
 //! only then is bound to the interface with ETH_P_ALL, so no unfiltered frame is ever queued.
+//! Frames then move through PACKET_MMAP rings ([`Rings`]) where the kernel allows, else
+//! through recvmmsg/sendmmsg.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use super::bpf::{SockFilter, ROCE_V2_FILTER};
+use super::packet_ring::Rings;
+
+/// Which PACKET_MMAP rings a socket asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RingUse {
+    None,
+    Rx,
+    Both,
+}
 
 /// A non-blocking raw Ethernet socket bound to one interface.
 #[derive(Debug)]
 pub struct RawSocket {
+    /// Declared before `fd`: unmapped before the socket closes.
+    rings: Option<Rings>,
     fd: OwnedFd,
     ifindex: u32,
 }
@@ -41,8 +54,10 @@ fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, value: &T) ->
 const SOCKET_BUFFER: i32 = 16 << 20;
 
 impl RawSocket {
-    /// Opens a raw socket on interface `ifindex` that receives only RoCE v2 frames.
-    pub fn open(ifindex: u32) -> io::Result<RawSocket> {
+    /// Opens a raw socket on interface `ifindex` that receives only RoCE v2 frames of up to
+    /// `max_frame` bytes. With `rings`, frames move through PACKET_MMAP rings when the
+    /// kernel grants them.
+    pub fn open(ifindex: u32, max_frame: usize, rings: RingUse) -> io::Result<RawSocket> {
         // SAFETY: plain socket(2) call; the result is checked before use.
         let raw = check(unsafe {
             libc::socket(
@@ -77,6 +92,15 @@ impl RawSocket {
             }
         }
 
+        // Rings are set up before bind, so the first frame already lands in one.
+        let rings = if rings != RingUse::None {
+            Rings::new(raw, max_frame, rings == RingUse::Both)
+                .map_err(|e| tracing::debug!(error = %e, "no PACKET_MMAP rings; using recvmmsg/sendmmsg"))
+                .ok()
+        } else {
+            None
+        };
+
         // SAFETY: sockaddr_ll is plain old data; all-zero is a valid starting value.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
@@ -90,7 +114,7 @@ impl RawSocket {
                 std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
             )
         })?;
-        Ok(RawSocket { fd, ifindex })
+        Ok(RawSocket { rings, fd, ifindex })
     }
 
     /// Frames the kernel dropped because the receive buffer was full since the last call
@@ -112,6 +136,11 @@ impl RawSocket {
             )
         })?;
         Ok(u64::from(st.tp_drops))
+    }
+
+    /// The socket's PACKET_MMAP rings, if it has them.
+    pub fn rings(&self) -> Option<&Rings> {
+        self.rings.as_ref()
     }
 
     /// The interface index the socket is bound to.

@@ -7,5 +7,6 @@ pub mod eventfd;
 pub mod gid;
 pub mod interface;
 pub mod neigh;
+pub mod packet_ring;
 pub mod port_guard;
 pub mod timerfd;

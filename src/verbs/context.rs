@@ -175,6 +175,11 @@ impl Context {
         self.shared().poll_rx()
     }
 
+    /// How frames move between this device and its link ("rx=ring tx=sendmmsg", ...).
+    pub fn link_io(&self) -> &'static str {
+        self.shared().port().io_mode()
+    }
+
     /// Transport counters (named like rxe's hw_counters) and driver counters.
     pub fn counters(&self) -> Vec<(&'static str, u64)> {
         let mut v: Vec<(&'static str, u64)> = self.shared().endpoint().counters().iter().collect();

@@ -203,6 +203,10 @@ impl QueuePair {
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
-        let _ = self.ctx.shared().endpoint().destroy_qp(self.qpn);
+        let shared = self.ctx.shared();
+        let mut ep = shared.endpoint();
+        // The last message's ACK may still wait to leave with the next post.
+        shared.send_pending(&mut ep);
+        let _ = ep.destroy_qp(self.qpn);
     }
 }

@@ -53,6 +53,20 @@ run_all() {  # SUFFIX
 }
 
 run_all ""
+# The other ways frames can move (the default is a PACKET_MMAP receive ring and sendmmsg):
+# sockets only, and rings both ways. `--stats` says which one ran.
+FERROCE_PACKET_RINGS=none run_all "-sockets" 10
+FERROCE_PACKET_RINGS=both run_all "-txring" 10
+check_link() {  # CASE MODE: both ends of CASE said they moved frames with MODE
+  if [ "$(cat "$out/$1.client" "$out/$1.server" | grep -cx "link: $2")" = 2 ]; then
+    pass=$((pass + 1)); echo "PASS $1 moved frames with $2"
+  else
+    fail=$((fail + 1)); echo "FAIL $1 did not use $2"; grep -h '^link:' "$out/$1".* | sed 's/^/    /'
+  fi
+}
+check_link rc-ops "rx=ring tx=sendmmsg"
+check_link rc-ops-sockets "rx=recvmmsg tx=sendmmsg"
+check_link rc-ops-txring "rx=ring tx=ring"
 "$F" decode "$out/rc-ops.pcap" | tail -1 | grep -q '(0 with a bad ICRC), 0 corrupt' && { pass=$((pass + 1)); echo "PASS rc-ops capture decodes with valid ICRCs"; } ||
   { fail=$((fail + 1)); echo "FAIL rc-ops capture"; }
 # Faults on both directions of the wire.
