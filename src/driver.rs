@@ -247,15 +247,6 @@ impl Shared {
             Some(14 + t.len)
         });
         drop(neighbours);
-        let out = out.unwrap_or_else(|e| {
-            tracing::debug!(error = %e, "send failed");
-            // The frames are lost, as on a wire: go-back-N recovers.
-            TxOutcome {
-                filled: 1,
-                refused: 1,
-                ..TxOutcome::default()
-            }
-        });
         if out.refused > 0 || no_neighbour > 0 {
             let mut c = self.counters.lock().expect("counter lock");
             // A full or failing link is a loss on the wire: go-back-N recovers.

@@ -64,23 +64,33 @@ pub trait Port: Send + Sync + 'static {
     /// how many came (0: none). Links with a ring shared with the kernel hand them in
     /// place; the others receive into `batch` first.
     fn recv_each(&self, batch: &mut FrameBatch, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
-        let n = self.recv_batch(batch)?;
-        for i in 0..n {
-            f(batch.frame(i));
-        }
-        Ok(n)
+        recv_each_batched(self, batch, f)
     }
     /// Sends up to `max` frames that `fill` builds in place: given a slot of at least
     /// [`MIN_SLOT`] bytes, it writes a frame and returns its length, `Some(0)` to produce
-    /// nothing this time, or `None` when it has nothing more.
+    /// nothing this time, or `None` when it has nothing more. Frames the link refuses or
+    /// fails to send are lost, as on a wire, and counted in [`TxOutcome::refused`].
     fn send_each(
         &self,
         batch: &mut FrameBatch,
         max: usize,
         fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
-    ) -> io::Result<TxOutcome> {
+    ) -> TxOutcome {
         send_each_batched(self, batch, max, fill)
     }
+}
+
+/// [`Port::recv_each`] through `batch` and [`Port::recv_batch`].
+fn recv_each_batched<P: Port + ?Sized>(
+    port: &P,
+    batch: &mut FrameBatch,
+    f: &mut dyn FnMut(&[u8]),
+) -> io::Result<usize> {
+    let n = port.recv_batch(batch)?;
+    for i in 0..n {
+        f(batch.frame(i));
+    }
+    Ok(n)
 }
 
 /// [`Port::send_each`] through `batch` and [`Port::send_batch`].
@@ -89,7 +99,7 @@ fn send_each_batched<P: Port + ?Sized>(
     batch: &mut FrameBatch,
     max: usize,
     fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
-) -> io::Result<TxOutcome> {
+) -> TxOutcome {
     let mut out = TxOutcome::default();
     let mut more = true;
     while more && out.filled < max {
@@ -108,11 +118,14 @@ fn send_each_batched<P: Port + ?Sized>(
         if batch.is_empty() {
             continue;
         }
-        let sent = port.send_batch(batch)?;
+        let sent = port.send_batch(batch).unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "send failed");
+            0
+        });
         out.queued += sent;
         out.refused += batch.len() - sent;
     }
-    Ok(out)
+    out
 }
 
 /// The smallest slot [`Port::send_each`] hands out: an Ethernet header and the largest
@@ -281,7 +294,7 @@ impl Port for PacketPort {
             let n = f.len().min(slot.len());
             slot[..n].copy_from_slice(&f[..n]);
             Some(n)
-        })?;
+        });
         Ok(out.queued == 1)
     }
     fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
@@ -304,13 +317,7 @@ impl Port for PacketPort {
     fn recv_each(&self, batch: &mut FrameBatch, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
         match self.socket.rings() {
             Some(rings) => Ok(rings.recv_each(batch.capacity(), f)),
-            None => {
-                let n = self.recv_batch(batch)?;
-                for i in 0..n {
-                    f(batch.frame(i));
-                }
-                Ok(n)
-            }
+            None => recv_each_batched(self, batch, f),
         }
     }
     fn send_each(
@@ -318,7 +325,7 @@ impl Port for PacketPort {
         batch: &mut FrameBatch,
         max: usize,
         fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
-    ) -> io::Result<TxOutcome> {
+    ) -> TxOutcome {
         match self.socket.rings().filter(|r| r.has_tx()) {
             Some(rings) => rings.send_each(max, fill),
             None => send_each_batched(self, batch, max, fill),

@@ -246,20 +246,18 @@ impl Rings {
 
     /// Builds up to `max` frames in free transmit slots with `fill` — which writes a frame
     /// into the slot it is given and returns its length, `Some(0)` to produce nothing this
-    /// time, `None` when it has nothing more — then asks the kernel to send them.
+    /// time, `None` when it has nothing more — then asks the kernel to send them. Without
+    /// a transmit ring ([`Rings::has_tx`]) nothing is sent.
     pub fn send_each(
         &self,
         max: usize,
         fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
-    ) -> io::Result<TxOutcome> {
+    ) -> TxOutcome {
+        let mut out = TxOutcome::default();
         let Some(tx) = self.tx else {
-            return Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "no transmit ring",
-            ));
+            return out;
         };
         let mut next = self.tx_next.lock().expect("tx ring lock");
-        let mut out = TxOutcome::default();
         while out.filled < max {
             let off = tx.offset(*next);
             let status = self.status(off);
@@ -287,9 +285,15 @@ impl Rings {
             out.queued += 1;
         }
         if out.queued > 0 || out.ring_full {
-            self.flush()?;
+            if let Err(e) = self.flush() {
+                // The frames stay in the ring for the next flush; until then they count
+                // as the link's failures.
+                tracing::debug!(error = %e, "send failed");
+                out.refused = out.queued;
+                out.queued = 0;
+            }
         }
-        Ok(out)
+        out
     }
 
     /// Asks the kernel to send every frame marked for sending, without waiting.
