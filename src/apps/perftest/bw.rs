@@ -21,12 +21,7 @@ pub(super) fn run(
     out: &mut dyn Write,
 ) -> Result<Outcome, PerfError> {
     let p = r.p;
-    let max = if p.conn == Conn::Ud {
-        u64::from(r.mtu.bytes())
-    } else {
-        p.max_size()
-    };
-    let sizes = p.sizes(max);
+    let sizes = r.sizes();
     let mut outcome = Outcome::default();
     writeln!(out, "{RESULT_LINE}\n{}", report::bw_header(p.gbits))?;
     out.flush()?;

@@ -9,7 +9,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use super::exchange::{Control, PerSize};
-use super::params::{Conn, Verb};
+use super::params::Verb;
 use super::report::{self, RESULT_LINE};
 use super::{check, next_wc, Clock, LatRow, Outcome, PerfError, Phase, Run};
 
@@ -19,12 +19,7 @@ pub(super) fn run(
     out: &mut dyn Write,
 ) -> Result<Outcome, PerfError> {
     let p = r.p;
-    let max = if p.conn == Conn::Ud {
-        u64::from(r.mtu.bytes())
-    } else {
-        p.max_size()
-    };
-    let sizes = p.sizes(max);
+    let sizes = r.sizes();
     let verb = p.test.verb;
     let mut outcome = Outcome::default();
 

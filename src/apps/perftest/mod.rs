@@ -115,6 +115,18 @@ struct Run<'a> {
     script: Script,
 }
 
+impl Run<'_> {
+    /// The message sizes this run covers: a UD message is at most one MTU.
+    fn sizes(&self) -> Vec<u64> {
+        let max = if self.p.conn == params::Conn::Ud {
+            u64::from(self.mtu.bytes())
+        } else {
+            self.p.max_size()
+        };
+        self.p.sizes(max)
+    }
+}
+
 /// A duration run's clock: warm-up (margin), sampling, cool-down (margin), end.
 #[derive(Debug, Clone, Copy)]
 struct Clock {
