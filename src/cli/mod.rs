@@ -45,6 +45,37 @@ pub enum Command {
 /// A user-facing error: printed as one line, exit code 2.
 pub type CliError = Box<dyn std::error::Error>;
 
+/// The flags perftest's tools and the ibv_*_pingpong tools share: whom to talk to, and
+/// through which device.
+#[derive(Debug, clap::Args)]
+pub struct PeerArgs {
+    /// Server to connect to; without it, start a server and wait for a connection.
+    pub server: Option<String>,
+    /// Listen on / connect to TCP port PORT.
+    #[arg(short = 'p', long = "port", default_value_t = 18515)]
+    pub port: u16,
+    /// Use device DEV: a network interface name (default: the first device found).
+    #[arg(short = 'd', long = "ib-dev")]
+    pub ib_dev: Option<String>,
+    /// Port of the device (RoCE devices have one: 1).
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    pub ib_port: u8,
+}
+
+impl PeerArgs {
+    /// Refuses device ports other than 1.
+    fn check(&self) -> Result<(), CliError> {
+        if self.ib_port != 1 {
+            return Err(format!(
+                "port {} does not exist: RoCE devices have port 1 only",
+                self.ib_port
+            )
+            .into());
+        }
+        Ok(())
+    }
+}
+
 /// Opens the device named `ib_dev` (or the first one) and starts `--pcap` recording.
 fn open_device(
     ib_dev: Option<&str>,

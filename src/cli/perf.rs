@@ -33,17 +33,8 @@ pub enum PerfCommand {
 /// perftest's flags (those ferroce implements); run both sides with the same ones.
 #[derive(Debug, Args)]
 pub struct PerfArgs {
-    /// Server to connect to; without it, start a server and wait for a connection.
-    pub server: Option<String>,
-    /// Listen on / connect to TCP port PORT.
-    #[arg(short = 'p', long = "port", default_value_t = 18515)]
-    pub port: u16,
-    /// Use device DEV: a network interface name (default: the first device found).
-    #[arg(short = 'd', long = "ib-dev")]
-    pub ib_dev: Option<String>,
-    /// Port of the device (RoCE devices have one: 1).
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
-    pub ib_port: u8,
+    #[command(flatten)]
+    pub peer: super::PeerArgs,
     /// Size of message to exchange (default 65536 for BW, 2 for latency tests).
     #[arg(short = 's', long = "size")]
     pub size: Option<u64>,
@@ -177,17 +168,11 @@ impl PerfCommand {
 
 pub fn run(cmd: PerfCommand) -> Result<ExitCode, CliError> {
     let (test, a) = cmd.split();
-    if a.ib_port != 1 {
-        return Err(format!(
-            "port {} does not exist: RoCE devices have port 1 only",
-            a.ib_port
-        )
-        .into());
-    }
+    a.peer.check()?;
     let mtu = a.mtu.map(super::parse_mtu).transpose()?;
     let o = Options {
-        server: a.server,
-        port: a.port,
+        server: a.peer.server,
+        port: a.peer.port,
         size: a.size,
         iters: a.iters,
         duration: a.duration,
@@ -212,7 +197,7 @@ pub fn run(cmd: PerfCommand) -> Result<ExitCode, CliError> {
     // Parameter mistakes are usage errors, before any device is opened.
     perftest::Params::derive(&o)?;
     let dcqcn = a.cc.dcqcn_config()?;
-    let ctx = super::open_device(a.ib_dev.as_deref(), a.pcap.as_deref())?;
+    let ctx = super::open_device(a.peer.ib_dev.as_deref(), a.pcap.as_deref())?;
     if let Some(c) = dcqcn {
         ctx.set_dcqcn(c)?;
     }

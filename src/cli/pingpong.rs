@@ -13,17 +13,8 @@ use super::CliError;
 
 #[derive(Debug, Args)]
 pub struct PingPongArgs {
-    /// Server to connect to; without it, start a server and wait for a connection.
-    pub server: Option<String>,
-    /// Listen on / connect to TCP port PORT.
-    #[arg(short = 'p', long = "port", default_value_t = 18515)]
-    pub port: u16,
-    /// Use device DEV: a network interface name (default: the first device found).
-    #[arg(short = 'd', long = "ib-dev")]
-    pub ib_dev: Option<String>,
-    /// Port of the device (RoCE devices have one: 1).
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
-    pub ib_port: u8,
+    #[command(flatten)]
+    pub peer: super::PeerArgs,
     /// Size of message to exchange (default 4096; 2048 for UD).
     #[arg(short = 's', long = "size")]
     pub size: Option<usize>,
@@ -61,21 +52,15 @@ pub struct PingPongArgs {
 
 pub fn run(qp_type: QpType, a: PingPongArgs) -> Result<ExitCode, CliError> {
     let mtu = super::parse_mtu(a.mtu)?;
-    if a.ib_port != 1 {
-        return Err(format!(
-            "port {} does not exist: RoCE devices have port 1 only",
-            a.ib_port
-        )
-        .into());
-    }
+    a.peer.check()?;
     if a.rx_depth < 2 {
         return Err("rx-depth must be at least 2".into());
     }
-    let ctx = super::open_device(a.ib_dev.as_deref(), a.pcap.as_deref())?;
+    let ctx = super::open_device(a.peer.ib_dev.as_deref(), a.pcap.as_deref())?;
     let opts = Options {
         qp_type,
-        server: a.server,
-        port: a.port,
+        server: a.peer.server,
+        port: a.peer.port,
         size: a
             .size
             .unwrap_or(if qp_type == QpType::Ud { 2048 } else { 4096 }),
