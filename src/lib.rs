@@ -10,6 +10,7 @@ pub mod apps;
 pub mod capture;
 pub mod decode;
 pub mod driver;
+pub mod memory;
 pub mod net;
 pub mod port;
 pub mod verbs;

@@ -27,6 +27,7 @@ mod context;
 mod cq;
 mod device;
 mod error;
+mod mr;
 mod pd;
 mod qp;
 pub mod wr;
@@ -35,7 +36,8 @@ pub use context::{Context, DeviceAttr};
 pub use cq::CompletionQueue;
 pub use device::Device;
 pub use error::Error;
-pub use pd::{AddressHandle, MemoryRegion, ProtectionDomain, SharedReceiveQueue};
+pub use mr::{BorrowedRegion, MemoryRegion, RawRegion, RegionScope};
+pub use pd::{AddressHandle, ProtectionDomain, SharedReceiveQueue};
 pub use qp::{QueuePair, RcPath};
 
 pub use ferroce_transport::{

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use ferroce_transport::{
-    Access, AddressVector, PdId, QpCap, QpInitAttr, QpType, RecvWr, Sge, SrqAttr, SrqId, UdDest,
+    AddressVector, PdId, QpCap, QpInitAttr, QpType, RecvWr, SrqAttr, SrqId, UdDest,
 };
 
 use crate::net::gid::addr_of;
@@ -30,26 +30,9 @@ impl ProtectionDomain {
         &self.ctx
     }
 
-    /// Registers a new zeroed region of `len` bytes.
-    pub fn reg_mr(&self, len: usize, access: Access) -> Result<MemoryRegion, Error> {
-        self.reg_mr_with(vec![0; len], access)
-    }
-
-    /// Registers `buf` (ownership moves to the device; [`MemoryRegion::into_vec`] gives it back).
-    pub fn reg_mr_with(&self, buf: Vec<u8>, access: Access) -> Result<MemoryRegion, Error> {
-        let info = self
-            .ctx
-            .shared()
-            .endpoint()
-            .reg_mr_with(self.id, buf, None, access)?;
-        Ok(MemoryRegion {
-            ctx: self.ctx.clone(),
-            lkey: info.lkey,
-            rkey: info.rkey,
-            addr: info.addr,
-            len: info.len as usize,
-            live: true,
-        })
+    /// The protection domain's id in the transport.
+    pub(crate) fn id(&self) -> PdId {
+        self.id
     }
 
     /// Creates a QP of `qp_type` on the given CQs.
@@ -134,111 +117,6 @@ impl AddressHandle {
             av: self.av,
             dest_qpn: qpn,
             qkey,
-        }
-    }
-}
-
-/// A registered memory region. Its bytes live in the device; read and write them through
-/// these methods, which lock out the driver while they copy.
-#[derive(Debug)]
-pub struct MemoryRegion {
-    ctx: Context,
-    lkey: u32,
-    rkey: u32,
-    addr: u64,
-    len: usize,
-    live: bool,
-}
-
-impl MemoryRegion {
-    /// Local key.
-    pub fn lkey(&self) -> u32 {
-        self.lkey
-    }
-    /// Remote key.
-    pub fn rkey(&self) -> u32 {
-        self.rkey
-    }
-    /// The region's first virtual address (what a peer puts in RETH).
-    pub fn addr(&self) -> u64 {
-        self.addr
-    }
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-    /// True for a zero-length region.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// A scatter/gather element covering `len` bytes at `offset`.
-    pub fn sge(&self, offset: usize, len: usize) -> Sge {
-        Sge {
-            addr: self.addr + offset as u64,
-            length: len as u32,
-            lkey: self.lkey,
-        }
-    }
-
-    fn check(&self, offset: usize, len: usize) -> Result<(), Error> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len => Ok(()),
-            _ => Err(Error::OutOfBounds {
-                offset,
-                len,
-                region: self.len,
-            }),
-        }
-    }
-
-    /// Copies `data` into the region at `offset`.
-    pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), Error> {
-        self.check(offset, data.len())?;
-        let mut ep = self.ctx.shared().endpoint();
-        let bytes = ep
-            .mr_bytes_mut(self.lkey)
-            .ok_or(ferroce_transport::Error::InvalidKey(self.lkey))?;
-        bytes[offset..offset + data.len()].copy_from_slice(data);
-        Ok(())
-    }
-
-    /// Copies bytes at `offset` out of the region.
-    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), Error> {
-        self.check(offset, out.len())?;
-        let ep = self.ctx.shared().endpoint();
-        let bytes = ep
-            .mr_bytes(self.lkey)
-            .ok_or(ferroce_transport::Error::InvalidKey(self.lkey))?;
-        out.copy_from_slice(&bytes[offset..offset + out.len()]);
-        Ok(())
-    }
-
-    /// A copy of the whole region.
-    pub fn to_vec(&self) -> Vec<u8> {
-        let ep = self.ctx.shared().endpoint();
-        ep.mr_bytes(self.lkey)
-            .map(<[u8]>::to_vec)
-            .unwrap_or_default()
-    }
-
-    /// Runs `f` on the region's bytes with the driver locked out (no copy).
-    pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
-        let ep = self.ctx.shared().endpoint();
-        f(ep.mr_bytes(self.lkey).unwrap_or_default())
-    }
-
-    /// Deregisters the region and returns its bytes.
-    pub fn into_vec(mut self) -> Result<Vec<u8>, Error> {
-        self.live = false;
-        Ok(self.ctx.shared().endpoint().dereg_mr(self.lkey)?)
-    }
-}
-
-impl Drop for MemoryRegion {
-    fn drop(&mut self) {
-        if self.live {
-            let _ = self.ctx.shared().endpoint().dereg_mr(self.lkey);
         }
     }
 }

@@ -2,6 +2,7 @@
 //! (`handle_packet`, `poll_transmit`, `poll_timeout`, `handle_timeout`).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use core::net::{IpAddr, Ipv6Addr};
 
@@ -13,6 +14,7 @@ use crate::counters::Counters;
 use crate::cq::CqTable;
 use crate::dcqcn::{CnpOut, DcqcnConfig, DcqcnState, ECN_CE};
 use crate::error::{Error, Result};
+use crate::memory::{OwnedMemory, RegionMemory};
 use crate::mr::{Access, MrInfo, MrTable};
 use crate::qp::{Ctx, Qp};
 use crate::responder::Rx;
@@ -217,11 +219,25 @@ impl Endpoint {
         self.reg_mr_with(pd, vec![0; len], None, access)
     }
 
-    /// Registers `bytes` (the region owns them) at `iova`, or an automatic iova.
+    /// Registers `bytes` (the region owns them, as an [`OwnedMemory`]) at `iova`, or an
+    /// automatic iova.
     pub fn reg_mr_with(
         &mut self,
         pd: PdId,
         bytes: Vec<u8>,
+        iova: Option<u64>,
+        access: Access,
+    ) -> Result<MrInfo> {
+        self.reg_mr_memory(pd, Arc::new(OwnedMemory::new(bytes)), iova, access)
+    }
+
+    /// Registers a view of `mem` at `iova`, or an automatic iova: the general form, for
+    /// memory the application owns. The endpoint keeps a reference until the region is
+    /// deregistered and touches the memory only through checked ranges.
+    pub fn reg_mr_memory(
+        &mut self,
+        pd: PdId,
+        mem: Arc<dyn RegionMemory>,
         iova: Option<u64>,
         access: Access,
     ) -> Result<MrInfo> {
@@ -239,16 +255,14 @@ impl Endpoint {
             return Err(Error::InvalidAccess);
         }
         self.mrs
-            .register(pd, bytes.into_boxed_slice(), iova, access)
+            .register(pd, mem, iova, access)
             .ok_or(Error::OutOfResources)
     }
 
-    /// Deregisters a region and returns its bytes.
-    pub fn dereg_mr(&mut self, lkey: u32) -> Result<Vec<u8>> {
-        self.mrs
-            .deregister(lkey)
-            .map(Vec::from)
-            .ok_or(Error::InvalidKey(lkey))
+    /// Deregisters a region: from now on the endpoint never touches its memory, which is
+    /// returned.
+    pub fn dereg_mr(&mut self, lkey: u32) -> Result<Arc<dyn RegionMemory>> {
+        self.mrs.deregister(lkey).ok_or(Error::InvalidKey(lkey))
     }
 
     /// Registration info of a region.
@@ -256,14 +270,30 @@ impl Endpoint {
         self.mrs.info(lkey)
     }
 
-    /// The bytes of a region (the application's view of its buffer).
-    pub fn mr_bytes(&self, lkey: u32) -> Option<&[u8]> {
-        self.mrs.bytes(lkey)
+    /// The memory a region is a view of.
+    pub fn mr_memory(&self, lkey: u32) -> Option<Arc<dyn RegionMemory>> {
+        self.mrs.memory(lkey).cloned()
     }
 
-    /// The bytes of a region, writable.
-    pub fn mr_bytes_mut(&mut self, lkey: u32) -> Option<&mut [u8]> {
-        self.mrs.bytes_mut(lkey)
+    /// A copy of a region's bytes (for tests and tools; applications keep a handle to
+    /// their memory instead).
+    pub fn mr_bytes(&self, lkey: u32) -> Option<Vec<u8>> {
+        let mem = self.mrs.memory(lkey)?;
+        let mut out = vec![0; mem.len()];
+        mem.read_at(0, &mut out).then_some(out)
+    }
+
+    /// Copies `data` into a region at byte `offset` (for tests and tools).
+    pub fn mr_write(&self, lkey: u32, offset: usize, data: &[u8]) -> Result<()> {
+        let mem = self.mrs.memory(lkey).ok_or(Error::InvalidKey(lkey))?;
+        if mem.write_at(offset, data) {
+            Ok(())
+        } else {
+            Err(Error::OutOfBounds {
+                offset: offset as u64,
+                len: data.len() as u64,
+            })
+        }
     }
 
     /// Creates a completion queue of `depth` entries.

@@ -55,6 +55,13 @@ pub enum Error {
     Unsupported(&'static str),
     /// A limit on objects (QPs, regions, CQs) was reached.
     OutOfResources,
+    /// A byte range outside the memory region it names.
+    OutOfBounds {
+        /// Offset into the region.
+        offset: u64,
+        /// Length of the range.
+        len: u64,
+    },
 }
 
 impl fmt::Display for Error {
@@ -87,6 +94,9 @@ impl fmt::Display for Error {
             Error::MessageTooLarge => write!(f, "message too large"),
             Error::Unsupported(w) => write!(f, "unsupported: {w}"),
             Error::OutOfResources => write!(f, "out of resources"),
+            Error::OutOfBounds { offset, len } => {
+                write!(f, "{len} bytes at offset {offset} are outside the region")
+            }
         }
     }
 }

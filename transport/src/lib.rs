@@ -43,7 +43,7 @@
 //! sim.nodes[0].poll_cq(a.cq, &mut wcs, 8);
 //! sim.nodes[1].poll_cq(b.cq, &mut wcs, 8);
 //! assert_eq!(wcs.len(), 2);
-//! assert_eq!(sim.nodes[1].mr_bytes(dst.lkey), Some(&b"hello"[..]));
+//! assert_eq!(sim.nodes[1].mr_bytes(dst.lkey).as_deref(), Some(&b"hello"[..]));
 //! # Ok::<(), ferroce_transport::Error>(())
 //! ```
 
@@ -56,6 +56,7 @@ mod cq;
 mod dcqcn;
 mod endpoint;
 mod error;
+mod memory;
 mod mr;
 mod qp;
 mod requester;
@@ -74,6 +75,7 @@ pub use endpoint::{
     Endpoint, EndpointConfig, Transmit, FIRST_QPN, HOP_LIMIT, MAX_CQE, MAX_INLINE, MAX_SGE, MAX_WR,
 };
 pub use error::{Error, Result};
+pub use memory::{in_bounds, AtomicOp, OwnedMemory, RegionMemory};
 pub use mr::{Access, MrError, MrInfo};
 pub use qp::{rc_src_port, ud_src_port, MAX_RD_ATOMIC};
 pub use time::Instant;

@@ -1,10 +1,14 @@
 //! Protection domains and memory regions.
 //!
-//! A region owns its bytes (`Box<[u8]>`) and is addressed by an I/O virtual address (iova)
-//! range, as the peer sees it in RETHs. Every byte the engine touches goes through
-//! [`MrTable::check`]: key, protection domain, bounds (overflow-safe), access right and,
-//! for atomics, 8-byte alignment. There is no other way in.
+//! A region is a view of memory someone else owns ([`RegionMemory`]), addressed by an I/O
+//! virtual address (iova) range, as the peer sees it in RETHs. Every byte the engine
+//! touches goes through [`MrTable::check`]: key, protection domain, bounds (overflow-safe),
+//! access right and, for atomics, 8-byte alignment. There is no other way in.
 
+use std::sync::Arc;
+
+pub(crate) use crate::memory::AtomicOp;
+use crate::memory::RegionMemory;
 use crate::verbs::{flags, PdId, Sge};
 
 flags! {
@@ -76,7 +80,8 @@ struct Mr {
     iova: u64,
     access: Access,
     invalidated: bool,
-    bytes: Box<[u8]>,
+    len: u64,
+    mem: Arc<dyn RegionMemory>,
 }
 
 /// A checked location: region slot and byte offset. Only [`MrTable::check`] makes one.
@@ -120,12 +125,12 @@ impl MrTable {
         }
     }
 
-    /// Registers `bytes` at `iova` (or an automatic base). The caller checked the PD and
+    /// Registers `mem` at `iova` (or an automatic base). The caller checked the PD and
     /// the access combination.
     pub(crate) fn register(
         &mut self,
         pd: PdId,
-        bytes: Box<[u8]>,
+        mem: Arc<dyn RegionMemory>,
         iova: Option<u64>,
         access: Access,
     ) -> Option<MrInfo> {
@@ -142,7 +147,7 @@ impl MrTable {
             return None;
         }
         let iova = iova.unwrap_or(AUTO_IOVA_BASE + ((slot as u64) << 32));
-        let len = bytes.len() as u64;
+        let len = mem.len() as u64;
         iova.checked_add(len)?;
         self.generations[slot] = self.generations[slot].wrapping_add(1);
         let key = ((slot as u32 + 1) << 8) | u32::from(self.generations[slot]);
@@ -152,7 +157,8 @@ impl MrTable {
             iova,
             access,
             invalidated: false,
-            bytes,
+            len,
+            mem,
         });
         Some(MrInfo {
             lkey: key,
@@ -180,10 +186,10 @@ impl MrTable {
             .filter(|m| m.key == key)
     }
 
-    /// Removes a region; its bytes are returned.
-    pub(crate) fn deregister(&mut self, lkey: u32) -> Option<Box<[u8]>> {
+    /// Removes a region; its memory is returned.
+    pub(crate) fn deregister(&mut self, lkey: u32) -> Option<Arc<dyn RegionMemory>> {
         self.get(lkey)?;
-        self.slots[Self::slot_of(lkey)].take().map(|m| m.bytes)
+        self.slots[Self::slot_of(lkey)].take().map(|m| m.mem)
     }
 
     /// Invalidates the region of `rkey` (SEND with invalidate). Ferroce invalidates
@@ -206,18 +212,13 @@ impl MrTable {
             lkey: m.key,
             rkey: m.key,
             addr: m.iova,
-            len: m.bytes.len() as u64,
+            len: m.len,
         })
     }
 
-    /// The application's view of a region's bytes.
-    pub(crate) fn bytes(&self, lkey: u32) -> Option<&[u8]> {
-        self.get(lkey).map(|m| &m.bytes[..])
-    }
-
-    /// The application's mutable view of a region's bytes.
-    pub(crate) fn bytes_mut(&mut self, lkey: u32) -> Option<&mut [u8]> {
-        self.get_mut(lkey).map(|m| &mut m.bytes[..])
+    /// The memory a live region is a view of.
+    pub(crate) fn memory(&self, lkey: u32) -> Option<&Arc<dyn RegionMemory>> {
+        self.get(lkey).map(|m| &m.mem)
     }
 
     /// The one gate to region memory: `len` bytes at `addr` under `key`, from `pd`, with
@@ -248,7 +249,7 @@ impl MrTable {
         }
         let oob = MrError::OutOfBounds { addr, len };
         let end = addr.checked_add(len).ok_or(oob)?;
-        let mr_end = mr.iova + mr.bytes.len() as u64;
+        let mr_end = mr.iova + mr.len;
         if addr < mr.iova || end > mr_end {
             return Err(oob);
         }
@@ -257,18 +258,14 @@ impl MrTable {
         Ok(Checked { slot, offset, len })
     }
 
-    fn slice(&self, c: Checked) -> &[u8] {
-        // `check` proved the slot is live and the range in bounds.
+    fn memory_of(&self, c: Checked) -> Result<&dyn RegionMemory, MrError> {
+        // `check` proved the slot is live; the memory re-checks its own bounds.
         match &self.slots[c.slot] {
-            Some(m) => &m.bytes[c.offset..c.offset + c.len],
-            None => &[],
-        }
-    }
-
-    fn slice_mut(&mut self, c: Checked) -> &mut [u8] {
-        match &mut self.slots[c.slot] {
-            Some(m) => &mut m.bytes[c.offset..c.offset + c.len],
-            None => &mut [],
+            Some(m) => Ok(&*m.mem),
+            None => Err(MrError::OutOfBounds {
+                addr: 0,
+                len: c.len as u64,
+            }),
         }
     }
 
@@ -283,13 +280,19 @@ impl MrTable {
         out: &mut [u8],
     ) -> Result<(), MrError> {
         let c = self.check(key, kind, pd, addr, out.len() as u64, need)?;
-        out.copy_from_slice(self.slice(c));
-        Ok(())
+        if self.memory_of(c)?.read_at(c.offset, out) {
+            Ok(())
+        } else {
+            Err(MrError::OutOfBounds {
+                addr,
+                len: out.len() as u64,
+            })
+        }
     }
 
     /// Copies bytes into a region.
     pub(crate) fn write(
-        &mut self,
+        &self,
         key: u32,
         kind: KeyKind,
         pd: PdId,
@@ -298,15 +301,21 @@ impl MrTable {
         data: &[u8],
     ) -> Result<(), MrError> {
         let c = self.check(key, kind, pd, addr, data.len() as u64, need)?;
-        self.slice_mut(c).copy_from_slice(data);
-        Ok(())
+        if self.memory_of(c)?.write_at(c.offset, data) {
+            Ok(())
+        } else {
+            Err(MrError::OutOfBounds {
+                addr,
+                len: data.len() as u64,
+            })
+        }
     }
 
     /// Performs a remote atomic on the 8 bytes at `addr`, read as a little-endian u64 (the
     /// host order of x86 and arm, where rxe accesses a native `u64`), returning the
     /// original value.
     pub(crate) fn atomic(
-        &mut self,
+        &self,
         rkey: u32,
         pd: PdId,
         addr: u64,
@@ -316,22 +325,9 @@ impl MrTable {
             return Err(MrError::Misaligned(addr));
         }
         let c = self.check(rkey, KeyKind::Remote, pd, addr, 8, Access::REMOTE_ATOMIC)?;
-        let s = self.slice_mut(c);
-        let mut v = [0u8; 8];
-        v.copy_from_slice(s);
-        let orig = u64::from_le_bytes(v);
-        let new = match op {
-            AtomicOp::CmpSwp { compare, swap } => {
-                if orig == compare {
-                    swap
-                } else {
-                    orig
-                }
-            }
-            AtomicOp::FetchAdd(add) => orig.wrapping_add(add),
-        };
-        s.copy_from_slice(&new.to_le_bytes());
-        Ok(orig)
+        self.memory_of(c)?
+            .atomic_at(c.offset, op)
+            .ok_or(MrError::OutOfBounds { addr, len: 8 })
     }
 
     /// Gathers `out.len()` bytes starting `offset` bytes into the concatenation of
@@ -381,7 +377,7 @@ impl MrTable {
     /// Scatters `data` starting `offset` bytes into the concatenation of `sges`, which
     /// need LOCAL_WRITE. The caller checked the total length.
     pub(crate) fn scatter(
-        &mut self,
+        &self,
         pd: PdId,
         sges: &[Sge],
         mut offset: u64,
@@ -440,13 +436,6 @@ impl MrTable {
     }
 }
 
-/// A remote atomic operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AtomicOp {
-    CmpSwp { compare: u64, swap: u64 },
-    FetchAdd(u64),
-}
-
 /// Total bytes of a gather/scatter list, `None` on overflow of u32 (the IB message limit).
 pub(crate) fn sge_total(sges: &[Sge]) -> Option<u32> {
     sges.iter()
@@ -456,6 +445,18 @@ pub(crate) fn sge_total(sges: &[Sge]) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::OwnedMemory;
+
+    fn owned(v: Vec<u8>) -> Arc<dyn RegionMemory> {
+        Arc::new(OwnedMemory::new(v))
+    }
+
+    fn bytes(t: &MrTable, key: u32) -> Vec<u8> {
+        let m = t.memory(key).unwrap();
+        let mut v = vec![0; m.len()];
+        assert!(m.read_at(0, &mut v));
+        v
+    }
 
     fn table() -> (MrTable, PdId, MrInfo) {
         let mut t = MrTable::default();
@@ -463,7 +464,7 @@ mod tests {
         let info = t
             .register(
                 pd,
-                vec![0u8; 64].into_boxed_slice(),
+                owned(vec![0u8; 64]),
                 Some(0x1000),
                 Access::LOCAL_WRITE | Access::REMOTE_READ,
             )
@@ -512,9 +513,9 @@ mod tests {
         );
         // Deregistration makes the key stale; a new region in the slot gets a new key.
         t.deregister(k).unwrap();
-        assert!(t.bytes(k).is_none());
+        assert!(t.memory(k).is_none());
         let again = t
-            .register(pd, vec![0; 8].into_boxed_slice(), None, Access::empty())
+            .register(pd, owned(vec![0; 8]), None, Access::empty())
             .unwrap();
         assert_ne!(again.lkey, k);
     }
@@ -524,9 +525,7 @@ mod tests {
         let mut t = MrTable::default();
         let pd = t.alloc_pd();
         let a = Access::LOCAL_WRITE | Access::REMOTE_ATOMIC;
-        let mr = t
-            .register(pd, vec![0; 16].into_boxed_slice(), Some(0x2000), a)
-            .unwrap();
+        let mr = t.register(pd, owned(vec![0; 16]), Some(0x2000), a).unwrap();
         assert_eq!(
             t.atomic(mr.rkey, pd, 0x2004, AtomicOp::FetchAdd(1)),
             Err(MrError::Misaligned(0x2004))
@@ -544,7 +543,7 @@ mod tests {
             ),
             Ok(5)
         );
-        assert_eq!(&t.bytes(mr.lkey).unwrap()[8..], &9u64.to_le_bytes());
+        assert_eq!(&bytes(&t, mr.lkey)[8..], &9u64.to_le_bytes());
         t.invalidate(pd, mr.rkey).unwrap();
         assert_eq!(
             t.atomic(mr.rkey, pd, 0x2008, AtomicOp::FetchAdd(1)),
@@ -554,12 +553,9 @@ mod tests {
 
     #[test]
     fn gather_and_scatter_walk_the_sge_list() {
-        let (mut t, pd, mr) = table();
-        t.bytes_mut(mr.lkey)
-            .unwrap()
-            .iter_mut()
-            .enumerate()
-            .for_each(|(i, b)| *b = i as u8);
+        let (t, pd, mr) = table();
+        let init: Vec<u8> = (0..64).collect();
+        assert!(t.memory(mr.lkey).unwrap().write_at(0, &init));
         let sges = [
             Sge {
                 addr: 0x1000,
@@ -580,8 +576,8 @@ mod tests {
             "runs past the list"
         );
         t.scatter(pd, &sges, 3, &[0xaa, 0xbb]).unwrap();
-        assert_eq!(t.bytes(mr.lkey).unwrap()[3], 0xaa);
-        assert_eq!(t.bytes(mr.lkey).unwrap()[16], 0xbb);
+        assert_eq!(bytes(&t, mr.lkey)[3], 0xaa);
+        assert_eq!(bytes(&t, mr.lkey)[16], 0xbb);
         assert_eq!(sge_total(&sges), Some(8));
     }
 }

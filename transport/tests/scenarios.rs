@@ -455,7 +455,9 @@ fn inline_data_is_copied_at_post_time() {
     let mut s = send_wr(1, WrOpcode::Send, vec![sge(&src, 0, 100)]);
     s.flags |= SendFlags::INLINE;
     sim.nodes[0].post_send(a.qpn, &s).unwrap();
-    sim.nodes[0].mr_bytes_mut(src.lkey).unwrap().fill(0xff);
+    sim.nodes[0]
+        .mr_write(src.lkey, 0, &vec![0xff; src.len as usize])
+        .unwrap();
     assert_ok(&wait_wcs(&mut sim, a, 1));
     assert_eq!(
         sim.nodes[1].mr_bytes(dst.lkey).unwrap(),
