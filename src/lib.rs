@@ -10,9 +10,9 @@ pub mod apps;
 pub mod capture;
 pub mod decode;
 pub mod driver;
+pub mod link;
 pub mod memory;
 pub mod net;
-pub mod port;
 pub mod verbs;
 
 pub use ferroce_transport as transport;

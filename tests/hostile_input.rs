@@ -6,8 +6,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ferroce::link::{Link, MemoryLink};
 use ferroce::net::gid::GidTable;
-use ferroce::port::{MemoryPort, Port};
+use ferroce::net::neigh::StaticResolver;
 use ferroce::verbs::*;
 use ferroce::wire::*;
 
@@ -18,7 +19,7 @@ const PEER_PSN: u32 = 0x00fff0; // close to the 2^24 wrap
 
 struct Rig {
     ctx: Context,
-    peer: MemoryPort,
+    peer: MemoryLink,
     ip_dev: Ipv4Addr,
     ip_peer: Ipv4Addr,
 }
@@ -26,11 +27,11 @@ struct Rig {
 fn rig() -> Rig {
     let ip_dev = Ipv4Addr::new(10, 0, 0, 1);
     let ip_peer = Ipv4Addr::new(10, 0, 0, 2);
-    let (a, b) = MemoryPort::pair(
-        (MAC_DEV, &[IpAddr::V4(ip_dev)]),
-        (MAC_PEER, &[IpAddr::V4(ip_peer)]),
-    )
-    .unwrap();
+    let (a, b) = MemoryLink::pair(MAC_DEV, MAC_PEER).unwrap();
+    let neighbours = StaticResolver::new([
+        (IpAddr::V4(ip_dev), MAC_DEV),
+        (IpAddr::V4(ip_peer), MAC_PEER),
+    ]);
     let attr = DeviceAttr {
         name: "hostile0".into(),
         node_guid: 1,
@@ -40,7 +41,7 @@ fn rig() -> Rig {
         gids: GidTable::from_addrs(&[IpAddr::V4(ip_dev)]),
     };
     Rig {
-        ctx: Context::with_port(attr, Arc::new(a)).unwrap(),
+        ctx: Context::with_link(attr, Arc::new(a), Arc::new(neighbours)).unwrap(),
         peer: b,
         ip_dev,
         ip_peer,

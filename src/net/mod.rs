@@ -1,12 +1,5 @@
-//! Packet I/O on real Linux interfaces: raw sockets, the RoCE socket filter, interface and
-//! neighbour information, and the GID table.
+//! Addresses: the GID table an interface's addresses make, and neighbour (MAC address)
+//! resolution. Nothing here moves frames: that is [`crate::link`].
 
-pub mod af_packet;
-pub mod bpf;
-pub mod eventfd;
 pub mod gid;
-pub mod interface;
 pub mod neigh;
-pub mod packet_ring;
-pub mod port_guard;
-pub mod timerfd;

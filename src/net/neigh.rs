@@ -227,3 +227,53 @@ pub fn resolve(
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// Finds the MAC address to send a RoCE packet for an IP address to. Its own piece, apart
+/// from the link that carries the frames: a real interface asks the kernel, an in-memory
+/// wire knows its ends.
+pub trait Resolver: Send + Sync + 'static {
+    /// The MAC address for `ip`, waiting at most `timeout` for the network to answer.
+    fn resolve(&self, ip: IpAddr, timeout: Duration) -> Result<[u8; 6], ResolveError>;
+}
+
+/// The kernel's neighbour table for one interface (ARP / ND through rtnetlink).
+#[derive(Debug, Clone)]
+pub struct KernelResolver {
+    /// Interface index.
+    pub ifindex: u32,
+    /// Interface name, for messages.
+    pub ifname: String,
+}
+
+impl Resolver for KernelResolver {
+    fn resolve(&self, ip: IpAddr, timeout: Duration) -> Result<[u8; 6], ResolveError> {
+        resolve(self.ifindex, &self.ifname, ip, timeout)
+    }
+}
+
+/// A fixed table: every address on an in-memory wire and the MAC address of its end.
+#[derive(Debug, Clone, Default)]
+pub struct StaticResolver {
+    table: std::collections::HashMap<IpAddr, [u8; 6]>,
+}
+
+impl StaticResolver {
+    /// A table of the given (address, MAC) pairs.
+    pub fn new(entries: impl IntoIterator<Item = (IpAddr, [u8; 6])>) -> StaticResolver {
+        StaticResolver {
+            table: entries.into_iter().collect(),
+        }
+    }
+}
+
+impl Resolver for StaticResolver {
+    fn resolve(&self, ip: IpAddr, _timeout: Duration) -> Result<[u8; 6], ResolveError> {
+        self.table
+            .get(&ip)
+            .copied()
+            .ok_or(ResolveError::Unreachable {
+                ip,
+                ifname: "memory".into(),
+            })
+    }
+}

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use ferroce_transport::{Endpoint, EndpointConfig, Mtu};
 
 use crate::driver::{Driver, DriverCounters, Shared};
+use crate::link::{Link, MemoryLink, PacketLink};
 use crate::net::gid::GidTable;
-use crate::port::{MemoryPort, PacketPort, Port};
+use crate::net::neigh::{KernelResolver, Resolver, StaticResolver};
 
 use super::{CompletionQueue, Device, Error, ProtectionDomain};
 
@@ -38,7 +39,11 @@ impl Context {
     }
 
     pub(crate) fn open_device(dev: &Device) -> Result<Context, Error> {
-        let port = PacketPort::open(dev.interface().clone())?;
+        let link = PacketLink::open(dev.interface().clone())?;
+        let resolver = KernelResolver {
+            ifindex: dev.interface().index,
+            ifname: dev.interface().name.clone(),
+        };
         let attr = DeviceAttr {
             name: dev.name().to_string(),
             node_guid: dev.node_guid(),
@@ -47,7 +52,7 @@ impl Context {
             active_mtu: Mtu::from_bytes(dev.interface().ib_mtu()).unwrap_or(Mtu::Mtu1024),
             gids: dev.gids().clone(),
         };
-        Context::with_port(attr, Arc::new(port))
+        Context::with_link(attr, Arc::new(link), Arc::new(resolver))
     }
 
     /// Two devices joined by an in-memory wire, with GIDs `::ffff:10.0.0.1` and
@@ -57,7 +62,8 @@ impl Context {
         let ip_b: IpAddr = [10, 0, 0, 2].into();
         let mac_a = [2, 0, 10, 0, 0, 1];
         let mac_b = [2, 0, 10, 0, 0, 2];
-        let (pa, pb) = MemoryPort::pair((mac_a, &[ip_a]), (mac_b, &[ip_b]))?;
+        let (la, lb) = MemoryLink::pair(mac_a, mac_b)?;
+        let wire = Arc::new(StaticResolver::new([(ip_a, mac_a), (ip_b, mac_b)]));
         let attr = |name: &str, mac: [u8; 6], ip: IpAddr| DeviceAttr {
             name: name.to_string(),
             node_guid: u64::from_be_bytes([
@@ -76,19 +82,23 @@ impl Context {
             gids: GidTable::from_addrs(&[ip]),
         };
         Ok((
-            Context::with_port(attr("mem0", mac_a, ip_a), Arc::new(pa))?,
-            Context::with_port(attr("mem1", mac_b, ip_b), Arc::new(pb))?,
+            Context::with_link(attr("mem0", mac_a, ip_a), Arc::new(la), wire.clone())?,
+            Context::with_link(attr("mem1", mac_b, ip_b), Arc::new(lb), wire)?,
         ))
     }
 
-    /// A device on any [`Port`]: a custom link, or one end of a [`MemoryPort`] whose
-    /// other end a test drives by hand.
-    pub fn with_port(attr: DeviceAttr, port: Arc<dyn Port>) -> Result<Context, Error> {
+    /// A device on any [`Link`]: a custom link, or one end of a [`MemoryLink`] whose
+    /// other end a test drives by hand; `resolver` finds peers' MAC addresses.
+    pub fn with_link(
+        attr: DeviceAttr,
+        link: Arc<dyn Link>,
+        resolver: Arc<dyn Resolver>,
+    ) -> Result<Context, Error> {
         let config = EndpointConfig {
             local_gids: attr.gids.entries().iter().map(|e| e.gid).collect(),
             port_mtu: attr.active_mtu,
         };
-        let driver = Driver::start(Endpoint::new(config), port)?;
+        let driver = Driver::start(Endpoint::new(config), link, resolver)?;
         Ok(Context {
             driver: Arc::new(driver),
             attr: Arc::new(attr),
@@ -175,9 +185,28 @@ impl Context {
         self.shared().poll_rx()
     }
 
+    /// A descriptor that polls readable once the driver signals completions after
+    /// [`Context::req_notify`]: for `poll`/`epoll` loops and the C ABI's completion
+    /// channels. [`Context::ack_notify`] resets it.
+    pub fn completion_fd(&self) -> std::os::fd::RawFd {
+        self.shared().completions().fd()
+    }
+
+    /// Arms [`Context::completion_fd`]: the next completion signal makes it readable.
+    /// Arm, then poll the CQ, then wait on the descriptor: no completion slips between.
+    pub fn req_notify(&self) {
+        let c = self.shared().completions();
+        c.arm_fd(c.generation());
+    }
+
+    /// Resets [`Context::completion_fd`] so a poll blocks again.
+    pub fn ack_notify(&self) {
+        self.shared().completions().drain_fd();
+    }
+
     /// How frames move between this device and its link ("rx=ring tx=sendmmsg", ...).
     pub fn link_io(&self) -> &'static str {
-        self.shared().port().io_mode()
+        self.shared().link().io_mode()
     }
 
     /// Transport counters (named like rxe's hw_counters) and driver counters.
@@ -187,7 +216,7 @@ impl Context {
         v.push(("rx_not_roce", d.rx_not_roce));
         v.push(("tx_no_neighbour", d.tx_no_neighbour));
         v.push(("link_send_err", d.send_err));
-        v.push(("rx_socket_drops", self.shared().port_rx_drops()));
+        v.push(("rx_socket_drops", self.shared().link_rx_drops()));
         v
     }
 

@@ -70,7 +70,7 @@ impl CompletionQueue {
     pub async fn next(&self) -> WorkCompletion {
         let mut out = Vec::with_capacity(1);
         loop {
-            let notified = self.ctx.shared().notify.notified();
+            let notified = self.ctx.shared().completions().notify.notified();
             if self.poll(&mut out, 1) == 1 {
                 return out.pop().expect("one completion");
             }

@@ -2,8 +2,8 @@
 
 use std::net::IpAddr;
 
+use crate::link::interface::Interface;
 use crate::net::gid::GidTable;
-use crate::net::interface::Interface;
 
 use super::{Context, Error};
 

@@ -1,8 +1,8 @@
 //! Errors of the verbs API: each says what went wrong and, where a user can act, what to do.
 
-use crate::net::interface::InterfaceError;
+use crate::link::interface::InterfaceError;
+use crate::link::LinkError;
 use crate::net::neigh::ResolveError;
-use crate::port::PortError;
 
 /// A verbs API error.
 #[derive(Debug)]
@@ -11,8 +11,8 @@ pub enum Error {
     Transport(ferroce_transport::Error),
     /// The named network interface cannot be used.
     Interface(InterfaceError),
-    /// The packet port could not be opened.
-    Port(PortError),
+    /// The interface could not be opened for RoCE (permission, UDP 4791 taken).
+    Link(LinkError),
     /// A peer's MAC address could not be found.
     Resolve(ResolveError),
     /// A memory-region access outside the region.
@@ -31,7 +31,7 @@ impl std::fmt::Display for Error {
         match self {
             Error::Transport(e) => write!(f, "{e}"),
             Error::Interface(e) => write!(f, "{e}"),
-            Error::Port(e) => write!(f, "{e}"),
+            Error::Link(e) => write!(f, "{e}"),
             Error::Resolve(e) => write!(f, "{e}"),
             Error::OutOfBounds {
                 offset,
@@ -61,9 +61,9 @@ impl From<InterfaceError> for Error {
         Error::Interface(e)
     }
 }
-impl From<PortError> for Error {
-    fn from(e: PortError) -> Self {
-        Error::Port(e)
+impl From<LinkError> for Error {
+    fn from(e: LinkError) -> Self {
+        Error::Link(e)
     }
 }
 impl From<ResolveError> for Error {

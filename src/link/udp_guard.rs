@@ -12,14 +12,14 @@ use super::bpf::SockFilter;
 
 /// A UDP socket on port 4791 that discards everything it receives.
 #[derive(Debug)]
-pub struct PortGuard {
+pub struct UdpGuard {
     _socket: UdpSocket,
 }
 
-impl PortGuard {
+impl UdpGuard {
     /// Binds `addr`:4791. `AddrInUse` means another RoCE stack (such as the kernel's rdma_rxe)
     /// already owns the port in this network namespace.
-    pub fn bind(addr: IpAddr) -> io::Result<PortGuard> {
+    pub fn bind(addr: IpAddr) -> io::Result<UdpGuard> {
         let socket = UdpSocket::bind(SocketAddr::new(addr, ferroce_wire::ROCE_V2_PORT))?;
         let drop_all = [SockFilter {
             code: 0x06,
@@ -45,6 +45,6 @@ impl PortGuard {
         if ret < 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(PortGuard { _socket: socket })
+        Ok(UdpGuard { _socket: socket })
     }
 }

@@ -16,7 +16,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
-use crate::port::TxOutcome;
+use super::TxOutcome;
 
 /// Ring block size: frames never straddle blocks, and each block is one allocation.
 const BLOCK: usize = 128 << 10;

@@ -82,7 +82,7 @@ impl AsRawFd for TimerFd {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::eventfd::poll_readable;
+    use crate::link::eventfd::poll_readable;
     use std::time::{Duration, Instant};
 
     #[test]

@@ -1,0 +1,196 @@
+//! Frames between the link and the transport: receiving batches into the endpoint,
+//! transmitting what it has to send with Ethernet headers from the neighbour table, and
+//! poll mode (API threads receiving for themselves).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use ferroce_transport::Endpoint;
+use ferroce_wire::{split_link, EthernetRepr};
+
+use crate::link::{FrameBatch, Link, TxOutcome};
+use crate::net::neigh::{ResolveError, Resolver};
+
+use super::{Shared, TX_BATCH};
+
+/// Counters of the driver itself (frames the transport never saw).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DriverCounters {
+    /// Received frames that are not IPv4/IPv6 over Ethernet (the transport counts the rest).
+    pub rx_not_roce: u64,
+    /// Transmissions dropped because the destination's MAC address is unknown.
+    pub tx_no_neighbour: u64,
+    /// Send errors from the link.
+    pub send_err: u64,
+}
+
+/// The link and what moving frames over it needs.
+pub(super) struct LinkIo {
+    pub(super) link: Arc<dyn Link>,
+    resolver: Arc<dyn Resolver>,
+    /// The MAC address for each destination IP, filled when QPs and AHs are given a path.
+    neighbours: Mutex<HashMap<IpAddr, [u8; 6]>>,
+    /// Frames being transmitted; only used with the endpoint locked.
+    tx: Mutex<FrameBatch>,
+    /// Frames being received. Held from the receive call until the transport has them, so
+    /// that frames reach the transport in link order whichever thread receives (the
+    /// driver, or an API thread polling an empty CQ).
+    pub(super) rx: Mutex<FrameBatch>,
+    /// A leaf lock.
+    counters: Mutex<DriverCounters>,
+}
+
+fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Plain data: a panic elsewhere cannot leave it half-changed in a way that matters.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl LinkIo {
+    pub(super) fn new(
+        link: Arc<dyn Link>,
+        resolver: Arc<dyn Resolver>,
+        rx_batch: usize,
+        tx_batch: usize,
+    ) -> Self {
+        LinkIo {
+            link,
+            resolver,
+            neighbours: Mutex::new(HashMap::new()),
+            tx: Mutex::new(FrameBatch::new(tx_batch)),
+            rx: Mutex::new(FrameBatch::new(rx_batch)),
+            counters: Mutex::new(DriverCounters::default()),
+        }
+    }
+
+    /// Records the MAC address for `ip`, resolving it if unknown.
+    pub(super) fn resolve(&self, ip: IpAddr, timeout: Duration) -> Result<[u8; 6], ResolveError> {
+        if let Some(mac) = relock(&self.neighbours).get(&ip) {
+            return Ok(*mac);
+        }
+        let mac = self.resolver.resolve(ip, timeout)?;
+        relock(&self.neighbours).insert(ip, mac);
+        Ok(mac)
+    }
+
+    pub(super) fn counters(&self) -> DriverCounters {
+        *relock(&self.counters)
+    }
+}
+
+impl Shared {
+    /// Receives one batch of frames and hands it to the transport under one lock, then
+    /// transmits what it answered (ACKs, READ responses). Returns how many frames came.
+    /// With `defer_answers` (poll mode), what the transport answers is left for the next
+    /// transmission instead (see [`Shared::poll_rx`]).
+    pub(super) fn receive(&self, rx: &mut FrameBatch, defer_answers: bool) -> usize {
+        // The endpoint is locked at the first frame, and held for the whole batch.
+        let mut ep: Option<MutexGuard<'_, Endpoint>> = None;
+        let mut now = None;
+        let got = self.io.link.recv_each(rx, &mut |frame| {
+            let ep = ep.get_or_insert_with(|| self.endpoint());
+            let now = *now.get_or_insert_with(|| self.now());
+            if frame.is_empty() {
+                return; // our own frame, looped back by an old kernel
+            }
+            self.recorder.record(frame);
+            // The transport parses, verifies and counts the datagram itself.
+            match split_link(frame) {
+                Ok((_, _, ip)) => ep.handle_packet(now, ip),
+                Err(e) => {
+                    tracing::trace!(error = %e, "dropped a non-RoCE frame");
+                    relock(&self.io.counters).rx_not_roce += 1;
+                }
+            }
+        });
+        let n = got.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "receive failed");
+            0
+        });
+        if let Some(mut ep) = ep {
+            // Only while the driver naps: it looks at the link again within a millisecond
+            // and sends them then if the caller has not. A driver asleep until the link
+            // wakes it might sleep on: the caller took the frames that would have.
+            if defer_answers && !self.wake.driver_asleep.load(Ordering::Relaxed) {
+                self.wake.answers_pending.store(true, Ordering::Relaxed);
+            } else {
+                self.transmit(&mut ep, TX_BATCH);
+            }
+            self.wake.arm_if_sooner(&ep);
+        }
+        n
+    }
+
+    /// Poll mode for API threads: a thread that found its CQ empty receives whatever the
+    /// link holds itself, sparing the driver thread's wake-up (unless the driver is
+    /// receiving right now). Returns whether frames came.
+    ///
+    /// The transport's answers to those frames (ACKs, READ responses) are not sent before
+    /// returning: the caller sees its data or completion first, and the answers leave with
+    /// its next post (one system call for both), or at its next poll that finds nothing.
+    /// A ping-pong's critical path thus carries one system call per message, not two.
+    pub fn poll_rx(&self) -> bool {
+        self.wake.app_polls.fetch_add(1, Ordering::Relaxed);
+        let Ok(mut rx) = self.io.rx.try_lock() else {
+            return false;
+        };
+        let n = self.receive(&mut rx, true);
+        drop(rx);
+        if n > 0 {
+            self.completions.signal();
+        } else if self.wake.answers_pending.load(Ordering::Relaxed) {
+            let mut ep = self.endpoint();
+            self.transmit(&mut ep, TX_BATCH);
+            self.wake.arm_if_sooner(&ep);
+        }
+        n > 0
+    }
+
+    /// Sends what poll mode left for later (see [`Shared::poll_rx`]) before a change that
+    /// would lose it: a QP being destroyed takes its unsent ACKs with it.
+    pub fn send_pending(&self, ep: &mut Endpoint) {
+        if self.wake.answers_pending.load(Ordering::Relaxed) {
+            self.transmit(ep, TX_BATCH);
+        }
+    }
+
+    /// Hands up to `max` datagrams from the transport to the link, built in place in the
+    /// link's buffers and sent in batches.
+    pub(super) fn transmit(&self, ep: &mut Endpoint, max: usize) -> TxOutcome {
+        // Whatever poll mode left for later goes now.
+        self.wake.answers_pending.store(false, Ordering::Relaxed);
+        let mut tx = relock(&self.io.tx);
+        let now = self.now();
+        let src = self.io.link.mac();
+        let neighbours = relock(&self.io.neighbours);
+        let mut no_neighbour = 0;
+        let out = self.io.link.send_each(&mut tx, max, &mut |slot| {
+            let t = ep.poll_transmit(now, &mut slot[14..])?;
+            let Some(&dst) = neighbours.get(&t.dst) else {
+                tracing::debug!(dst = %t.dst, "no MAC address for destination; dropped");
+                no_neighbour += 1;
+                return Some(0);
+            };
+            let eth = EthernetRepr {
+                src,
+                dst,
+                vlan: None,
+            };
+            if eth.emit(&mut slot[..14], t.dst.is_ipv6()).is_err() {
+                return Some(0);
+            }
+            self.recorder.record(&slot[..14 + t.len]);
+            Some(14 + t.len)
+        });
+        drop(neighbours);
+        if out.refused > 0 || no_neighbour > 0 {
+            let mut c = relock(&self.io.counters);
+            // A full or failing link is a loss on the wire: go-back-N recovers.
+            c.send_err += out.refused as u64;
+            c.tx_no_neighbour += no_neighbour;
+        }
+        out
+    }
+}

@@ -1,0 +1,190 @@
+//! The driver: one thread per device that moves frames between a [`Link`] and the sans-IO
+//! transport, and runs its timers.
+//!
+//! API calls lock the shared endpoint, change it, and send what it made ready on their
+//! own thread ([`Shared::kick`]); the driver thread receives frames, hands them to the
+//! transport, transmits what the transport has to send, and sleeps in poll() until a frame
+//! arrives, an API call wakes it, or the next timer is due.
+//!
+//! [`Shared`] is split by concern, one file each: the link's I/O ([`io`]: frame batches,
+//! neighbours, counters), wake-ups ([`wakeups`]: the eventfd, the timerfd, poll mode's
+//! bookkeeping), completion signalling ([`completions`]: condvar, async notify, and an
+//! eventfd for completion channels and epoll users), and recording ([`recorder`]: pcap).
+//! The thread's loop is in [`thread`].
+//!
+//! # Lock order
+//!
+//! A thread holding one of these locks takes only locks further down the list:
+//!
+//! 1. `io.rx` — the receive batch, held from the receive call until the transport has
+//!    the frames, so frames reach the transport in link order whoever receives;
+//! 2. `endpoint` — the transport;
+//! 3. `io.tx` — the transmit batch (only with the endpoint locked);
+//! 4. `io.neighbours` — the MAC address table;
+//! 5. leaves, never held while taking another lock: `io.counters`, `recorder.pcap`,
+//!    `completions.generation`.
+//!
+//! [`Link`]: crate::link::Link
+
+mod completions;
+mod io;
+mod recorder;
+mod thread;
+mod wakeups;
+
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use ferroce_transport::{Endpoint, Instant};
+
+use crate::link::Link;
+use crate::net::neigh::{ResolveError, Resolver};
+
+pub use completions::CompletionSignal;
+pub use io::DriverCounters;
+use io::LinkIo;
+use recorder::Recorder;
+use wakeups::Wakeups;
+
+/// The link's slots must hold the largest datagram the transport emits, behind an
+/// Ethernet header (the link layer states its size without importing the transport).
+const _: () = assert!(crate::link::MIN_SLOT >= 14 + ferroce_transport::MAX_DATAGRAM_LEN);
+
+/// Frames received per lock of the endpoint, so API calls are not starved.
+const RX_BATCH: usize = 64;
+/// Frames transmitted per lock of the endpoint.
+const TX_BATCH: usize = 64;
+
+/// State shared by the API and the driver thread, grouped by concern (see the module
+/// docs for the lock order).
+pub struct Shared {
+    /// The transport.
+    endpoint: Mutex<Endpoint>,
+    /// Frames in and out, neighbours, driver counters.
+    io: LinkIo,
+    /// What wakes the driver thread, and poll mode's bookkeeping.
+    wake: Wakeups,
+    /// Tells waiting API threads that completions may have arrived.
+    completions: CompletionSignal,
+    /// The optional pcap of every frame.
+    recorder: Recorder,
+    /// Transport time zero.
+    epoch: std::time::Instant,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    /// The transport's notion of now.
+    pub fn now(&self) -> Instant {
+        Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    /// Locks the endpoint for an API call.
+    ///
+    /// A panic while the endpoint was locked leaves it poisoned; the transport keeps its
+    /// invariants per call, so the lock is taken back rather than taking every later
+    /// API call down with it.
+    pub fn endpoint(&self) -> MutexGuard<'_, Endpoint> {
+        self.endpoint.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The link.
+    pub fn link(&self) -> &Arc<dyn Link> {
+        &self.io.link
+    }
+
+    /// Records the MAC address for `ip`, resolving it if unknown.
+    pub fn resolve(&self, ip: IpAddr, timeout: Duration) -> Result<[u8; 6], ResolveError> {
+        self.io.resolve(ip, timeout)
+    }
+
+    /// Frames the link dropped on receive (see [`Link::rx_drops`]).
+    pub fn link_rx_drops(&self) -> u64 {
+        self.io.link.rx_drops()
+    }
+
+    /// Driver counters.
+    pub fn driver_counters(&self) -> DriverCounters {
+        self.io.counters()
+    }
+
+    /// Starts recording every frame sent and received to `path`.
+    pub fn start_pcap(&self, path: &std::path::Path) -> std::io::Result<()> {
+        self.recorder.start(path)
+    }
+
+    /// Completion signalling (condvar, async, eventfd).
+    pub fn completions(&self) -> &CompletionSignal {
+        &self.completions
+    }
+
+    /// Blocks until the driver signals completions or `timeout` passes; returns at once if
+    /// the generation moved past `seen`.
+    pub fn wait_completions(&self, seen: u64, timeout: Duration) -> u64 {
+        self.stop_polling();
+        self.completions.wait(seen, timeout)
+    }
+
+    /// The current completion generation.
+    pub fn completion_generation(&self) -> u64 {
+        self.completions.generation()
+    }
+}
+
+/// The running driver; dropping it stops the thread.
+#[derive(Debug)]
+pub struct Driver {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Driver {
+    /// Starts the driver thread for `endpoint` on `link`, finding MAC addresses with
+    /// `resolver`.
+    pub fn start(
+        endpoint: Endpoint,
+        link: Arc<dyn Link>,
+        resolver: Arc<dyn Resolver>,
+    ) -> std::io::Result<Driver> {
+        let shared = Arc::new(Shared {
+            endpoint: Mutex::new(endpoint),
+            io: LinkIo::new(link, resolver, RX_BATCH, TX_BATCH),
+            wake: Wakeups::new()?,
+            completions: CompletionSignal::new()?,
+            recorder: Recorder::default(),
+            epoch: std::time::Instant::now(),
+        });
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("ferroce-driver".into())
+            .spawn(move || thread::run(&s))?;
+        Ok(Driver {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// The shared state.
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        // Answers poll mode left for later (a last ACK) still go out.
+        self.shared.send_pending(&mut self.shared.endpoint());
+        self.shared.wake.stop();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.shared.recorder.finish();
+    }
+}

@@ -1,0 +1,99 @@
+//! The driver thread's loop: receive, fire timers, transmit, then busy-poll briefly or
+//! sleep in poll() on the link, the waker and the timer.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::link::eventfd::poll_readable;
+
+use super::{Shared, RX_BATCH, TX_BATCH};
+
+/// How long the driver keeps looking for work after the last activity before it sleeps.
+const BUSY_POLL: Duration = Duration::from_micros(50);
+/// How often the driver looks at the link while API threads poll it (in case they stop
+/// without saying so).
+const APP_POLL_RECHECK: Duration = Duration::from_millis(1);
+
+pub(super) fn run(s: &Shared) {
+    let span = tracing::info_span!("driver");
+    let _enter = span.enter();
+    let [waker, timer] = s.wake.fds();
+    let fds = [s.io.link.fd(), waker, timer];
+    let mut last_activity = std::time::Instant::now();
+    let mut seen_polls = 0;
+    while !s.wake.stopping() {
+        let mut progressed = false;
+
+        // Receive: each batch is handed to the transport under one lock, and whatever it
+        // answers (ACKs, read responses) goes out before the next batch.
+        {
+            let mut rx = s.io.rx.lock().unwrap_or_else(|p| p.into_inner());
+            loop {
+                let n = s.receive(&mut rx, false);
+                progressed |= n > 0;
+                if n < RX_BATCH {
+                    break;
+                }
+            }
+        }
+
+        // Timers and transmit.
+        let mut ep = s.endpoint();
+        let now = s.now();
+        if ep.poll_timeout().is_some_and(|t| t <= now) {
+            ep.handle_timeout(now);
+            progressed = true;
+        }
+        let sent = s.transmit(&mut ep, TX_BATCH);
+        // (A full transmit ring empties by itself; the busy-poll below looks again soon.)
+        progressed |= sent.filled > 0;
+        if progressed {
+            // Cheap when nobody waits; precise tracking would cost more than it saves.
+            s.completions.signal();
+            last_activity = std::time::Instant::now();
+            continue;
+        }
+        // API threads polling the link (poll mode) since the last look?
+        let polls = s.wake.app_polls.load(Ordering::Relaxed);
+        let app = polls != 0 && polls != seen_polls;
+        seen_polls = polls;
+        if !app && last_activity.elapsed() < BUSY_POLL {
+            // Traffic tends to come in bursts and answers follow within microseconds:
+            // look again before paying for a sleep and a wake-up.
+            drop(ep);
+            std::thread::yield_now();
+            continue;
+        }
+        let next = ep.poll_timeout().map_or(u64::MAX, |t| t.as_nanos());
+        let nap_end = now
+            .as_nanos()
+            .saturating_add(APP_POLL_RECHECK.as_nanos() as u64);
+        if app && next >= nap_end {
+            // The nap ends before the timer is due: no need to arm it (a system call).
+            s.wake.planned_wakeup.store(nap_end, Ordering::SeqCst);
+        } else {
+            s.wake.arm(next);
+        }
+        // Nothing is pending: `transmit` above ran under this same lock.
+        s.wake.driver_asleep.store(!app, Ordering::Relaxed);
+        drop(ep);
+        // While API threads poll the link, the driver sleeps on its timer and wake-ups only
+        // (a frame would otherwise wake two threads), looking again now and then.
+        let ready = if app {
+            poll_readable(&fds[1..], Some(APP_POLL_RECHECK))
+        } else {
+            poll_readable(&fds, None).map(|r| r >> 1)
+        };
+        let ready = match ready {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "poll failed; driver stops");
+                return;
+            }
+        };
+        s.wake.drain(ready);
+        let _held = s.endpoint();
+        s.wake.planned_wakeup.store(0, Ordering::SeqCst);
+        s.wake.driver_asleep.store(false, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,79 @@
+//! Frames in flight between the driver and a link: batches and what a send did.
+
+use super::af_packet::{MmsgHeaders, MAX_BATCH};
+
+/// Largest frame handled: a 4096-byte IB MTU plus all headers, with room for jumbo frames.
+pub const MAX_FRAME: usize = 9216;
+
+/// The smallest slot [`Link::send_each`] hands out: an Ethernet header and the largest
+/// datagram the transport emits.
+/// (The transport's `MAX_DATAGRAM_LEN`; the driver checks at compile time that they agree,
+/// so this layer needs nothing from the layers above.)
+pub const MIN_SLOT: usize = 14 + 40 + 8 + 12 + 28 + 4096 + 4 + 4 + 32;
+
+/// What one [`Link::send_each`] call did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TxOutcome {
+    /// Times `fill` produced something (a frame or a skip).
+    pub filled: usize,
+    /// Frames handed to the link.
+    pub queued: usize,
+    /// Frames the link refused (full); lost, as on a wire.
+    pub refused: usize,
+    /// Stopped because the link's transmit ring is full: worth trying again soon.
+    pub ring_full: bool,
+}
+
+/// Frame buffers for moving several frames per system call: `capacity` slots of
+/// [`MAX_FRAME`] bytes, the first `len()` holding frames.
+pub struct FrameBatch {
+    pub(super) data: Vec<u8>,
+    pub(super) lens: Vec<usize>,
+    pub(super) count: usize,
+    /// System call headers pointing into `data` (whose heap buffer never moves).
+    pub(super) headers: MmsgHeaders,
+}
+
+impl FrameBatch {
+    /// Buffers for `capacity` frames (at most a system call's batch).
+    pub fn new(capacity: usize) -> FrameBatch {
+        let capacity = capacity.min(MAX_BATCH);
+        let mut data = vec![0; capacity * MAX_FRAME];
+        let headers = MmsgHeaders::new(&mut data, MAX_FRAME);
+        FrameBatch {
+            data,
+            lens: vec![0; capacity],
+            count: 0,
+            headers,
+        }
+    }
+    /// Slots in the batch.
+    pub fn capacity(&self) -> usize {
+        self.lens.len()
+    }
+    /// Frames held.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+    /// True when no frame is held.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+    /// Forgets the frames held.
+    pub fn clear(&mut self) {
+        self.count = 0;
+    }
+    /// Frame `i` (`i < len()`).
+    pub fn frame(&self, i: usize) -> &[u8] {
+        &self.data[i * MAX_FRAME..][..self.lens[i]]
+    }
+    /// The whole buffer of slot `i`.
+    pub fn slot_mut(&mut self, i: usize) -> &mut [u8] {
+        &mut self.data[i * MAX_FRAME..][..MAX_FRAME]
+    }
+    /// Makes slot `len()` a frame of `len` bytes.
+    pub fn push(&mut self, len: usize) {
+        self.lens[self.count] = len.min(MAX_FRAME);
+        self.count += 1;
+    }
+}

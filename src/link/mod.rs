@@ -1,0 +1,141 @@
+//! The link layer: where Ethernet frames go in and out, and nothing else.
+//!
+//! The bottom of the library: it imports nothing from the layers above (driver, verbs), so
+//! a link can be tested, swapped or batched differently without touching the transport.
+//! [`Link`] is the frame-I/O interface; [`FrameBatch`] and [`TxOutcome`] move several frames
+//! per system call. Two links implement it: [`PacketLink`] (AF_PACKET on a real interface,
+//! with an optional PACKET_MMAP ring, the RoCE socket filter and the UDP 4791 guard) and
+//! [`MemoryLink`] (an in-memory wire for tests and demos). Finding a neighbour's MAC
+//! address is not a link's job: see [`crate::net::neigh`].
+//!
+//! All `unsafe` of the library's I/O lives in this module's system-call wrappers
+//! (`af_packet`, `packet_ring`, `udp_guard`, `eventfd`, `timerfd`, `interface`), each block
+//! with its `// SAFETY:` argument.
+
+use std::io;
+use std::os::fd::RawFd;
+
+pub mod af_packet;
+mod batch;
+pub mod bpf;
+pub mod eventfd;
+pub mod interface;
+mod memory;
+mod packet;
+pub mod packet_ring;
+pub mod timerfd;
+pub mod udp_guard;
+
+pub use batch::{FrameBatch, TxOutcome, MAX_FRAME, MIN_SLOT};
+pub use memory::MemoryLink;
+pub use packet::{LinkError, PacketLink};
+
+/// A link that carries Ethernet frames.
+pub trait Link: Send + Sync + 'static {
+    /// The port's own MAC address.
+    fn mac(&self) -> [u8; 6];
+    /// Sends one frame; `Ok(false)` when the link is momentarily full.
+    fn send(&self, frame: &[u8]) -> io::Result<bool>;
+    /// Receives one frame into `buf`, `Ok(None)` when none is queued.
+    fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>>;
+    /// A descriptor that polls readable when frames are queued.
+    fn fd(&self) -> RawFd;
+    /// Frames the link dropped on receive (a full socket buffer) since the link opened.
+    fn rx_drops(&self) -> u64 {
+        0
+    }
+    /// How frames move, for `--stats` and logs: "rx=… tx=…".
+    fn io_mode(&self) -> &'static str {
+        "rx=memory tx=memory"
+    }
+    /// Receives as many queued frames as `batch` holds; returns how many (0: none).
+    fn recv_batch(&self, batch: &mut FrameBatch) -> io::Result<usize> {
+        batch.count = 0;
+        while batch.count < batch.capacity() {
+            let i = batch.count;
+            match self.recv(batch.slot_mut(i))? {
+                Some(len) => {
+                    batch.lens[i] = len;
+                    batch.count += 1;
+                }
+                None => break,
+            }
+        }
+        Ok(batch.count)
+    }
+    /// Sends the frames of `batch`; returns how many the link took.
+    fn send_batch(&self, batch: &mut FrameBatch) -> io::Result<usize> {
+        for i in 0..batch.len() {
+            if !self.send(batch.frame(i))? {
+                return Ok(i);
+            }
+        }
+        Ok(batch.len())
+    }
+    /// Hands the queued frames, up to `batch`'s capacity, to `f` in arrival order; returns
+    /// how many came (0: none). Links with a ring shared with the kernel hand them in
+    /// place; the others receive into `batch` first.
+    fn recv_each(&self, batch: &mut FrameBatch, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+        recv_each_batched(self, batch, f)
+    }
+    /// Sends up to `max` frames that `fill` builds in place: given a slot of at least
+    /// [`MIN_SLOT`] bytes, it writes a frame and returns its length, `Some(0)` to produce
+    /// nothing this time, or `None` when it has nothing more. Frames the link refuses or
+    /// fails to send are lost, as on a wire, and counted in [`TxOutcome::refused`].
+    fn send_each(
+        &self,
+        batch: &mut FrameBatch,
+        max: usize,
+        fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> TxOutcome {
+        send_each_batched(self, batch, max, fill)
+    }
+}
+
+/// [`Link::recv_each`] through `batch` and [`Link::recv_batch`].
+pub(crate) fn recv_each_batched<L: Link + ?Sized>(
+    link: &L,
+    batch: &mut FrameBatch,
+    f: &mut dyn FnMut(&[u8]),
+) -> io::Result<usize> {
+    let n = link.recv_batch(batch)?;
+    for i in 0..n {
+        f(batch.frame(i));
+    }
+    Ok(n)
+}
+
+/// [`Link::send_each`] through `batch` and [`Link::send_batch`].
+pub(crate) fn send_each_batched<L: Link + ?Sized>(
+    link: &L,
+    batch: &mut FrameBatch,
+    max: usize,
+    fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+) -> TxOutcome {
+    let mut out = TxOutcome::default();
+    let mut more = true;
+    while more && out.filled < max {
+        batch.clear();
+        while out.filled < max && batch.len() < batch.capacity() {
+            let i = batch.len();
+            let Some(len) = fill(batch.slot_mut(i)) else {
+                more = false;
+                break;
+            };
+            out.filled += 1;
+            if len > 0 {
+                batch.push(len);
+            }
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        let sent = link.send_batch(batch).unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "send failed");
+            0
+        });
+        out.queued += sent;
+        out.refused += batch.len() - sent;
+    }
+    out
+}
