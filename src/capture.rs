@@ -40,7 +40,9 @@ pub struct CapturedFrame {
     pub index: usize,
     /// Capture timestamp since the Unix epoch.
     pub timestamp: Duration,
+    /// The link type of the capture the frame came from.
     pub link: LinkType,
+    /// The frame's bytes as captured.
     pub data: Vec<u8>,
 }
 
@@ -62,6 +64,7 @@ impl CapturedFrame {
 /// Why a capture could not be read.
 #[derive(Debug)]
 pub enum CaptureError {
+    /// The file could not be opened or read.
     Open(std::io::Error),
     /// The file is not pcap or pcapng.
     Format(String),

@@ -5,6 +5,7 @@
 //! adds packet captures, the decoder and the command-line interface.
 
 #![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
 
 pub mod apps;
 pub mod capture;

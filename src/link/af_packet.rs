@@ -14,8 +14,11 @@ use super::packet_ring::Rings;
 /// Which PACKET_MMAP rings a socket asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RingUse {
+    /// Plain recvmmsg/sendmmsg, no ring.
     None,
+    /// A receive ring; sends with sendmmsg.
     Rx,
+    /// Receive and transmit rings.
     Both,
 }
 

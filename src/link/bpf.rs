@@ -8,9 +8,13 @@
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SockFilter {
+    /// Opcode.
     pub code: u16,
+    /// Jump offset if true.
     pub jt: u8,
+    /// Jump offset if false.
     pub jf: u8,
+    /// Generic operand.
     pub k: u32,
 }
 

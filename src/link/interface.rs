@@ -6,13 +6,17 @@ use std::net::IpAddr;
 /// One network interface.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Interface {
+    /// Interface name (`eth0`).
     pub name: String,
+    /// Kernel interface index.
     pub index: u32,
+    /// Hardware address.
     pub mac: [u8; 6],
     /// The netdev MTU (IP packet size).
     pub mtu: u32,
     /// Addresses with their prefix lengths, in the kernel's order.
     pub addrs: Vec<(IpAddr, u8)>,
+    /// Administratively and operationally up.
     pub up: bool,
 }
 
@@ -21,11 +25,14 @@ pub struct Interface {
 pub enum InterfaceError {
     /// No interface of that name; the names that exist are given.
     Unknown {
+        /// The name asked for.
         name: String,
+        /// Interfaces that do exist, for the message.
         available: Vec<String>,
     },
     /// The interface has no Ethernet address (loopback, tunnels).
     NotEthernet(String),
+    /// Listing the interfaces failed.
     Io(io::Error),
 }
 

@@ -29,6 +29,7 @@ pub enum LinkError {
     Permission,
     /// UDP port 4791 is taken (by rdma_rxe or another RoCE stack) in this namespace.
     PortInUse(IpAddr),
+    /// Another system error.
     Io(io::Error),
 }
 

@@ -10,7 +10,9 @@ use std::net::{IpAddr, Ipv6Addr};
 /// A GID and where it came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GidEntry {
+    /// Index in the table (what `-g` / `-x` take).
     pub index: usize,
+    /// The GID: an IPv6 address, or IPv4-mapped for an IPv4 address.
     pub gid: Ipv6Addr,
     /// The interface address behind it.
     pub addr: IpAddr,

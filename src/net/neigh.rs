@@ -176,9 +176,12 @@ pub fn trigger(ifindex: u32, ip: IpAddr) {
 pub enum ResolveError {
     /// No neighbour answered in time.
     Unreachable {
+        /// The address asked for.
         ip: IpAddr,
+        /// The interface it was asked on.
         ifname: String,
     },
+    /// The kernel's tables could not be read.
     Io(io::Error),
 }
 

@@ -16,12 +16,17 @@ use super::{CompletionQueue, Device, Error, ProtectionDomain};
 /// What `ferroce devinfo` shows about an open device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceAttr {
+    /// Device name (the interface's).
     pub name: String,
+    /// Node GUID, derived from the MAC address as rxe does.
     pub node_guid: u64,
+    /// The interface's MAC address.
     pub mac: [u8; 6],
+    /// The interface's MTU.
     pub netdev_mtu: u32,
     /// The active RoCE MTU.
     pub active_mtu: Mtu,
+    /// The GID table.
     pub gids: GidTable,
 }
 

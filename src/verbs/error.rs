@@ -17,12 +17,16 @@ pub enum Error {
     Resolve(ResolveError),
     /// A memory-region access outside the region.
     OutOfBounds {
+        /// Offset of the access.
         offset: usize,
+        /// Length of the access.
         len: usize,
+        /// Length of the region.
         region: usize,
     },
     /// The GID index is not in the table.
     NoSuchGid(usize),
+    /// A system error.
     Io(std::io::Error),
 }
 

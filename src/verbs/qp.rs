@@ -22,22 +22,33 @@ pub struct QueuePair {
 /// Everything needed to connect an RC or UC QP, as ibv_*_pingpong exchange it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RcPath {
+    /// The peer's GID.
     pub dest_gid: Ipv6Addr,
+    /// The peer's QP number.
     pub dest_qpn: u32,
     /// The peer's first PSN (our receive PSN).
     pub rq_psn: u32,
     /// Our first PSN.
     pub sq_psn: u32,
+    /// Path MTU.
     pub mtu: Mtu,
+    /// Index of the local GID to send from.
     pub sgid_index: u8,
+    /// Traffic class (DSCP and ECN bits) of the packets.
     pub traffic_class: u8,
+    /// Remote access rights the QP grants.
     pub access: Access,
     /// Local ACK timeout exponent (4.096 µs × 2^timeout).
     pub timeout: u8,
+    /// Transport retries before a retry-exceeded error.
     pub retry_cnt: u8,
+    /// RNR retries (7: forever).
     pub rnr_retry: u8,
+    /// RNR NAK timer code this QP asks peers to wait.
     pub min_rnr_timer: u8,
+    /// READs and atomics this QP may have outstanding.
     pub max_rd_atomic: u8,
+    /// READs and atomics a peer may have outstanding at this QP.
     pub max_dest_rd_atomic: u8,
 }
 
