@@ -381,7 +381,8 @@ impl Endpoint {
     }
 
     /// ibv_post_srq_recv.
-    pub fn post_srq_recv(&mut self, srq: SrqId, wr: &RecvWr) -> Result<()> {
+    /// `now` is taken like every other call that can change transport state.
+    pub fn post_srq_recv(&mut self, _now: Instant, srq: SrqId, wr: &RecvWr) -> Result<()> {
         self.srqs.post(srq, wr)
     }
 
@@ -392,8 +393,14 @@ impl Endpoint {
     }
 
     /// ibv_modify_qp: applies the attributes in `mask`, checking the transition table.
-    pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
-        self.with_qp(qpn, Instant::ZERO, |qp, ctx, cfg| {
+    pub fn modify_qp(
+        &mut self,
+        now: Instant,
+        qpn: u32,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+    ) -> Result<()> {
+        self.with_qp(qpn, now, |qp, ctx, cfg| {
             qp.modify(ctx, attr, mask, &cfg.local_gids, cfg.port_mtu)
         })?
     }
@@ -459,15 +466,15 @@ impl Endpoint {
     }
 
     /// ibv_post_send. Inline data is copied now; everything else is read when sent.
-    pub fn post_send(&mut self, qpn: u32, wr: &SendWr) -> Result<()> {
-        self.with_qp(qpn, Instant::ZERO, |qp, ctx, cfg| {
+    pub fn post_send(&mut self, now: Instant, qpn: u32, wr: &SendWr) -> Result<()> {
+        self.with_qp(qpn, now, |qp, ctx, cfg| {
             qp.post_send(ctx, wr, &cfg.local_gids, cfg.port_mtu)
         })?
     }
 
     /// ibv_post_recv.
-    pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr) -> Result<()> {
-        self.with_qp(qpn, Instant::ZERO, |qp, ctx, _| qp.post_recv(ctx, wr))?
+    pub fn post_recv(&mut self, now: Instant, qpn: u32, wr: &RecvWr) -> Result<()> {
+        self.with_qp(qpn, now, |qp, ctx, _| qp.post_recv(ctx, wr))?
     }
 
     /// Takes in one RoCE v2 IP datagram (IPv4 or IPv6 header through ICRC). Anything
