@@ -5,7 +5,8 @@
 //! [`MrTable::check`]: key, protection domain, bounds (overflow-safe), access right and,
 //! for atomics, 8-byte alignment. There is no other way in.
 
-use crate::verbs::{flags, PdId, Sge};
+use crate::flags::flags;
+use crate::sge::{PdId, Sge};
 
 flags! {
     /// Memory and QP access rights (ibv_access_flags, same bit values).

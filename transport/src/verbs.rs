@@ -4,38 +4,9 @@
 
 use core::net::Ipv6Addr;
 
+use crate::flags::flags;
 use crate::mr::Access;
-
-macro_rules! flags {
-    ($(#[$m:meta])* $name:ident: $ty:ty { $($(#[$fm:meta])* $flag:ident = $v:expr;)* }) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-        pub struct $name(pub $ty);
-        impl $name {
-            $($(#[$fm])* pub const $flag: $name = $name($v);)*
-            /// No flag set.
-            pub const fn empty() -> Self { $name(0) }
-            /// True when every flag of `other` is set.
-            pub const fn contains(self, other: Self) -> bool { self.0 & other.0 == other.0 }
-            /// True when any flag of `other` is set.
-            pub const fn intersects(self, other: Self) -> bool { self.0 & other.0 != 0 }
-            /// Union.
-            pub const fn union(self, other: Self) -> Self { $name(self.0 | other.0) }
-            /// Flags of `self` not in `other`.
-            pub const fn difference(self, other: Self) -> Self { $name(self.0 & !other.0) }
-            /// True when no flag is set.
-            pub const fn is_empty(self) -> bool { self.0 == 0 }
-        }
-        impl core::ops::BitOr for $name {
-            type Output = $name;
-            fn bitor(self, o: $name) -> $name { $name(self.0 | o.0) }
-        }
-        impl core::ops::BitOrAssign for $name {
-            fn bitor_assign(&mut self, o: $name) { self.0 |= o.0 }
-        }
-    };
-}
-pub(crate) use flags;
+pub use crate::sge::{PdId, Sge};
 
 /// Transport service of a QP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -253,10 +224,6 @@ impl Default for QpAttr {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CqId(pub u32);
 
-/// Protection domain handle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PdId(pub u32);
-
 /// What `create_qp` needs (ibv_qp_init_attr).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpInitAttr {
@@ -283,14 +250,6 @@ pub struct SrqAttr {
     pub max_sge: u32,
     /// Low-water mark; `query_srq` reports whether the queue fell below it.
     pub srq_limit: u32,
-}
-
-/// A scatter/gather element: `length` bytes at `addr` in the region of `lkey`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Sge {
-    pub addr: u64,
-    pub length: u32,
-    pub lkey: u32,
 }
 
 /// Send work request opcodes (ibv_wr_opcode).
