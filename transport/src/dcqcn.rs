@@ -57,12 +57,8 @@ use std::collections::VecDeque;
 
 use core::net::Ipv6Addr;
 
-use ferroce_wire::{cnp, CnpRepr, ExtRepr};
-
 use crate::error::{Error, Result};
-use crate::qp::{Ctx, Qp, RespOut};
 use crate::time::Instant;
-use crate::tx::{ip_udp_len, write_ib, TxMeta};
 
 /// ECN codepoint "not ECN-capable transport".
 pub const ECN_NOT_ECT: u8 = 0;
@@ -655,6 +651,16 @@ impl Np {
         self.pending.push_back(out);
         true
     }
+
+    /// The oldest CNP owed, if any.
+    pub(crate) fn next_cnp(&self) -> Option<CnpOut> {
+        self.pending.front().copied()
+    }
+
+    /// The oldest CNP owed was sent.
+    pub(crate) fn cnp_sent(&mut self) {
+        self.pending.pop_front();
+    }
 }
 
 /// Congestion control state of one QP.
@@ -698,44 +704,6 @@ impl QpCc {
         } else {
             None
         }
-    }
-}
-
-impl Qp {
-    /// Paced work is waiting: a request to send (or resend) or a READ response.
-    pub(crate) fn has_paced_work(&self) -> bool {
-        self.sq.len() > self.req.idx || matches!(self.resp.out.front(), Some(RespOut::Read { .. }))
-    }
-
-    /// Writes the next CNP this QP owes (IB part after the IP/UDP headers).
-    pub(crate) fn cnp_tx(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        cfg: &DcqcnConfig,
-        buf: &mut [u8],
-    ) -> Option<TxMeta> {
-        let c = *self.cc.np.pending.front()?;
-        let hl = ip_udp_len(&c.dst);
-        let ext = ExtRepr {
-            cnp: Some(CnpRepr::default()),
-            ..Default::default()
-        };
-        let ib_len = write_ib(buf.get_mut(hl..)?, cnp::bth(c.dest_qp), ext, 0, |_| {
-            Ok::<(), ()>(())
-        })
-        .ok()??;
-        self.cc.np.pending.pop_front();
-        ctx.counters.np_cnp_sent += 1;
-        Some(TxMeta {
-            dst: c.dst,
-            src: c.src,
-            traffic_class: cfg.cnp_dscp << 2,
-            flow_label: c.flow_label,
-            sport: self.sport,
-            ib_len,
-            ecn: Some(ECN_NOT_ECT),
-            paced: false,
-        })
     }
 }
 

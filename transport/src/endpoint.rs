@@ -14,8 +14,7 @@ use crate::cq::CqTable;
 use crate::dcqcn::{CnpOut, DcqcnConfig, DcqcnState, ECN_CE};
 use crate::error::{Error, Result};
 use crate::mr::{Access, MrInfo, MrTable};
-use crate::qp::{Ctx, Qp};
-use crate::responder::Rx;
+use crate::qp::{Ctx, Qp, Rx};
 use crate::srq::SrqTable;
 use crate::time::Instant;
 use crate::tx::{ip_udp_len, TxMeta, MAX_DATAGRAM_LEN};
@@ -152,7 +151,7 @@ impl Endpoint {
         config.validate()?;
         self.dcqcn = config;
         for qp in self.qps.values_mut() {
-            qp.cc.clear();
+            qp.reset_cc();
         }
         Ok(())
     }
@@ -168,7 +167,7 @@ impl Endpoint {
     pub fn set_qp_dcqcn(&mut self, qpn: u32, enabled: Option<bool>) -> Result<()> {
         let qp = self.qps.get_mut(&qpn).ok_or(Error::InvalidQp(qpn))?;
         qp.cc.enabled = enabled;
-        qp.cc.clear();
+        qp.reset_cc();
         Ok(())
     }
 
@@ -435,7 +434,7 @@ impl Endpoint {
     pub fn sq_outstanding(&self, qpn: u32) -> Result<usize> {
         self.qps
             .get(&qpn)
-            .map(|q| q.sq.len())
+            .map(Qp::sq_outstanding)
             .ok_or(Error::InvalidQp(qpn))
     }
 
@@ -621,7 +620,7 @@ impl Endpoint {
                 return;
             }
         };
-        qp.cc.rp(cfg).on_cnp(cfg, now);
+        qp.on_cnp(cfg, now);
         self.counters.rp_cnp_handled += 1;
     }
 
@@ -654,14 +653,14 @@ impl Endpoint {
         let start = *rr;
         let mut sent = None;
         for (&qpn, qp) in qps.range_mut(start..) {
-            if let Some(m) = Self::qp_transmit(qp, &mut ctx, config, dcqcn, buf) {
+            if let Some(m) = qp.transmit(&mut ctx, &config.local_gids, dcqcn, buf) {
                 sent = Some((qpn, m));
                 break;
             }
         }
         if sent.is_none() {
             for (&qpn, qp) in qps.range_mut(..start) {
-                if let Some(m) = Self::qp_transmit(qp, &mut ctx, config, dcqcn, buf) {
+                if let Some(m) = qp.transmit(&mut ctx, &config.local_gids, dcqcn, buf) {
                     sent = Some((qpn, m));
                     break;
                 }
@@ -670,47 +669,6 @@ impl Endpoint {
         let (qpn, meta) = sent?;
         *rr = qpn.wrapping_add(1);
         self.finish_datagram(qpn, meta, buf)
-    }
-
-    fn qp_transmit(
-        qp: &mut Qp,
-        ctx: &mut Ctx<'_>,
-        config: &EndpointConfig,
-        dcqcn: &DcqcnConfig,
-        buf: &mut [u8],
-    ) -> Option<TxMeta> {
-        if qp.next_timeout().is_some_and(|t| t <= ctx.now) {
-            qp.on_timeout(ctx);
-        }
-        if !qp.cc.is_enabled(dcqcn) {
-            return qp
-                .responder_tx(ctx, &config.local_gids, buf, true)
-                .or_else(|| qp.requester_tx(ctx, &config.local_gids, buf));
-        }
-        // Congestion control: CNPs first and never paced, then responder packets (READ
-        // responses only when the pacer allows), then requests (only when it allows).
-        let now = ctx.now;
-        if let Some(m) = qp.cnp_tx(ctx, dcqcn, buf) {
-            return Some(m);
-        }
-        let rp = qp.cc.rp(dcqcn);
-        rp.advance(dcqcn, now);
-        let ready = rp.ready(now);
-        let mut sent = qp.responder_tx(ctx, &config.local_gids, buf, ready);
-        if sent.is_none() && ready {
-            sent = qp.requester_tx(ctx, &config.local_gids, buf);
-        }
-        if let Some(m) = &mut sent {
-            m.ecn = Some(dcqcn.ecn);
-            if m.paced {
-                qp.cc
-                    .rp(dcqcn)
-                    .on_sent(dcqcn, now, ip_udp_len(&m.dst) + m.ib_len);
-            }
-        }
-        let ready = qp.cc.rp(dcqcn).ready(now);
-        qp.cc.blocked = !ready && qp.has_paced_work();
-        sent
     }
 
     /// Adds IP and UDP headers and the ICRC to the IB packet a QP wrote.
@@ -769,16 +727,11 @@ impl Endpoint {
     /// or at which a QP held back by its DCQCN pacer may send again (`poll_transmit` has
     /// work then).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.qps
-            .values()
-            .filter_map(|q| match (q.next_timeout(), q.cc.wakeup(&self.dcqcn)) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            })
-            .min()
+        self.qps.values().filter_map(Qp::poll_timeout).min()
     }
 
-    /// Runs every timer that expired at `now`.
+    /// Runs every timer that expired at `now`. This is the only place timers fire:
+    /// `poll_transmit` sends what is ready and nothing else.
     pub fn handle_timeout(&mut self, now: Instant) {
         let Endpoint {
             qps,
@@ -796,9 +749,7 @@ impl Endpoint {
             now,
         };
         for qp in qps.values_mut() {
-            if qp.next_timeout().is_some_and(|t| t <= now) {
-                qp.on_timeout(&mut ctx);
-            }
+            qp.handle_timeout(&mut ctx);
         }
     }
 }

@@ -50,7 +50,6 @@
 #![forbid(unsafe_code)]
 #![warn(missing_debug_implementations)]
 
-mod completer;
 mod counters;
 mod cq;
 mod dcqcn;
@@ -59,8 +58,6 @@ mod error;
 mod flags;
 mod mr;
 mod qp;
-mod requester;
-mod responder;
 mod sge;
 mod srq;
 mod time;

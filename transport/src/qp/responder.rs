@@ -8,6 +8,8 @@
 //! NAK until the gap closes. Fatal errors NAK and move the QP to ERR. UC drops
 //! incomplete messages; UD checks the Q_Key and prepends the 40-byte GRH area.
 
+use std::collections::VecDeque;
+
 use core::net::Ipv6Addr;
 
 use ferroce_wire::{
@@ -16,21 +18,172 @@ use ferroce_wire::{
 };
 
 use crate::mr::{sge_total, Access, AtomicOp, KeyKind};
-use crate::qp::{Ctx, InMsg, Qp, Resource, RespOut};
-use crate::requester::{packets, position};
+use crate::qp::requester::{packets, position};
+use crate::qp::{Ctx, Qp, Rx, MAX_RESP_QUEUE};
 use crate::tx::{ip_udp_len, write_ib, TxMeta};
 use crate::verbs::{QpState, QpType, RecvWr, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 
-/// One received, ICRC-checked packet as the QP roles see it.
-#[derive(Debug)]
-pub(crate) struct Rx<'a> {
-    pub bth: BthRepr,
-    pub ext: ExtRepr,
-    pub payload: &'a [u8],
-    pub src_gid: Ipv6Addr,
-    /// The IP header bytes (for the UD GRH area).
-    pub ip_header: &'a [u8],
+/// The responder's own state: what it expects next, the message it is in, and what it
+/// owes the requester.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Responder {
+    /// The PSN the next new request must carry; earlier ones are duplicates, later ones
+    /// mean packets were lost.
+    expected_psn: Psn,
+    /// Message sequence number: messages completed, echoed in every AETH so the
+    /// requester can tell which ones finished.
+    msn: u32,
+    /// A NAK for the current gap (sequence error or RNR) was sent: one per gap.
+    nak_sent: bool,
+    /// The multi-packet message in progress, if any.
+    cur: Option<InMsg>,
+    /// Packets owed to the requester, in order.
+    out: VecDeque<RespOut>,
+    /// READs and atomics executed, kept to answer duplicates (max_dest_rd_atomic).
+    res: Vec<Resource>,
+    /// Counter handing out resource ages, to recycle the oldest slot first.
+    res_age: u64,
 }
+
+impl Responder {
+    /// The PSN the next new request must carry (RQ_PSN).
+    pub(super) fn set_expected_psn(&mut self, psn: Psn) {
+        self.expected_psn = psn;
+    }
+
+    /// Room for `n` READ/atomic resources (MAX_DEST_RD_ATOMIC); READ responses owed
+    /// from the old slots are dropped.
+    pub(super) fn size_resources(&mut self, n: usize) {
+        self.res = vec![Resource::Free; n];
+        self.out.retain(|o| !matches!(o, RespOut::Read { .. }));
+    }
+
+    /// The default resources of a QP leaving RESET without MAX_DEST_RD_ATOMIC.
+    pub(super) fn ensure_resources(&mut self) {
+        if self.res.is_empty() {
+            self.res = vec![Resource::Free; 4];
+        }
+    }
+
+    /// Abandons the message in progress; returns its receive WQE if it had one.
+    pub(super) fn abandon_message(&mut self) -> Option<RecvWr> {
+        match self.cur.take() {
+            Some(InMsg::Send { wqe, .. }) => Some(wqe),
+            _ => None,
+        }
+    }
+
+    /// Drops every packet owed (the QP entered ERR).
+    pub(super) fn clear_owed(&mut self) {
+        self.out.clear();
+    }
+
+    /// A READ response waits to be sent (paced work for DCQCN).
+    pub(super) fn read_response_waiting(&self) -> bool {
+        matches!(self.out.front(), Some(RespOut::Read { .. }))
+    }
+
+    /// One more message completed.
+    fn advance_msn(&mut self) {
+        self.msn = self.msn.wrapping_add(1) & Psn::MASK;
+    }
+
+    fn next_age(&mut self) -> u64 {
+        self.res_age += 1;
+        self.res_age
+    }
+
+    /// READs whose responses are still being sent.
+    fn active_reads(&self) -> usize {
+        self.res
+            .iter()
+            .filter(|r| matches!(r, Resource::Read { pending: true, .. }))
+            .count()
+    }
+
+    /// A free resource slot, else the oldest one not being sent.
+    fn free_resource(&mut self) -> usize {
+        let mut best: Option<(usize, u64)> = None;
+        for (i, r) in self.res.iter().enumerate() {
+            let age = match r {
+                Resource::Free => return i,
+                Resource::Read { pending: true, .. } => continue,
+                Resource::Read { age, .. } | Resource::Atomic { age, .. } => *age,
+            };
+            if best.is_none_or(|(_, a)| age < a) {
+                best = Some((i, age));
+            }
+        }
+        match best {
+            Some((i, _)) => i,
+            None => {
+                // Only reachable with more pending reads than slots, which `active_reads`
+                // prevents; grow rather than corrupt a pending stream.
+                self.res.push(Resource::Free);
+                self.res.len() - 1
+            }
+        }
+    }
+}
+
+/// A message the responder is in the middle of.
+#[derive(Debug, Clone)]
+enum InMsg {
+    /// A SEND: its receive WQE and the bytes placed so far.
+    Send { wqe: RecvWr, offset: u32 },
+    /// An RDMA WRITE: where it goes and the bytes still to come.
+    Write {
+        va: u64,
+        rkey: u32,
+        resid: u32,
+        total: u32,
+    },
+}
+
+/// A READ or atomic the responder executed, kept to answer duplicates.
+#[derive(Debug, Clone, Copy)]
+enum Resource {
+    Free,
+    Read {
+        /// PSN range of the original request.
+        first_psn: Psn,
+        last_psn: Psn,
+        /// The current execution (a duplicate may restart mid-message).
+        start_psn: Psn,
+        va: u64,
+        rkey: u32,
+        len: u32,
+        /// Next response PSN to send; `pending` while responses remain.
+        next_psn: Psn,
+        pending: bool,
+        age: u64,
+    },
+    Atomic {
+        psn: Psn,
+        orig: u64,
+        age: u64,
+    },
+}
+
+/// A packet the responder owes the requester.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RespOut {
+    Ack {
+        psn: Psn,
+        syndrome: Syndrome,
+    },
+    AtomicAck {
+        psn: Psn,
+        orig: u64,
+    },
+    /// Read responses of resource `res`.
+    Read {
+        res: usize,
+    },
+}
+
+/// The answer to a request that breaks the protocol's rules.
+const INVALID_REQUEST: Refuse = Refuse::Nak(NakCode::InvalidRequest, None);
 
 /// Why a request is not executed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +213,7 @@ impl Qp {
 
     fn rc_request(&mut self, ctx: &mut Ctx<'_>, rx: &Rx<'_>) {
         let psn = rx.bth.psn;
-        let expected = self.resp.psn;
+        let expected = self.resp.expected_psn;
         let d = psn.distance(expected);
         if d < 0 {
             ctx.counters.duplicate_request += 1;
@@ -80,7 +233,7 @@ impl Qp {
                 let op = rx.bth.opcode.operation();
                 if matches!(op, Operation::Send | Operation::RdmaWrite) {
                     ctx.counters.rcvd_data_bytes += rx.payload.len() as u64;
-                    self.resp.psn = psn.add(1);
+                    self.resp.expected_psn = psn.add(1);
                     if rx.bth.ack_req {
                         let syndrome = Syndrome::Ack {
                             credits: self.credits(),
@@ -154,269 +307,245 @@ impl Qp {
     /// and atomic also advance the expected PSN and queue their responses).
     fn execute(&mut self, ctx: &mut Ctx<'_>, rx: &Rx<'_>) -> Result<(), Refuse> {
         self.check_sequence(rx)?;
-        let op = rx.bth.opcode;
-        let pos = op.position();
+        match rx.bth.opcode.operation() {
+            Operation::Send => self.execute_send(ctx, rx),
+            Operation::RdmaWrite => self.execute_write(ctx, rx),
+            Operation::RdmaReadRequest => self.execute_read(ctx, rx),
+            Operation::CompareSwap | Operation::FetchAdd => self.execute_atomic(ctx, rx),
+            _ => Err(INVALID_REQUEST),
+        }
+    }
+
+    /// The QP's access flags allow remote `right` (else an invalid request).
+    fn qp_allows(&self, right: Access) -> Result<(), Refuse> {
+        if self.attr.qp_access_flags.contains(right) {
+            Ok(())
+        } else {
+            Err(INVALID_REQUEST)
+        }
+    }
+
+    /// The one R_Key check of WRITE and READ: `rkey` grants `right` over `len` bytes at
+    /// `va` in this QP's PD. A zero-length request names no memory and is not checked
+    /// (C9-88).
+    fn check_rkey(
+        &self,
+        ctx: &Ctx<'_>,
+        rkey: u32,
+        va: u64,
+        len: u32,
+        right: Access,
+    ) -> Result<(), Refuse> {
+        if len == 0 {
+            return Ok(());
+        }
+        ctx.mrs
+            .check(rkey, KeyKind::Remote, self.pd, va, u64::from(len), right)
+            .map(|_| ())
+            .map_err(|e| {
+                tracing::debug!(qpn = self.qpn, %e, ?right, "remote access refused");
+                Refuse::Nak(NakCode::RemoteAccessError, None)
+            })
+    }
+
+    /// SEND: places the payload in the receive WQE (taken at the first packet) and
+    /// completes it at the last.
+    fn execute_send(&mut self, ctx: &mut Ctx<'_>, rx: &Rx<'_>) -> Result<(), Refuse> {
+        let pos = rx.bth.opcode.position();
         let end = matches!(pos, Position::Last | Position::Only);
-        let inv_req = Refuse::Nak(NakCode::InvalidRequest, None);
-        let access = self.attr.qp_access_flags;
-        match op.operation() {
-            Operation::Send => {
-                if matches!(pos, Position::First | Position::Only) {
-                    let wqe = self.take_recv(ctx).ok_or(Refuse::Rnr)?;
-                    self.resp.cur = Some(InMsg::Send { wqe, offset: 0 });
-                }
-                let Some(InMsg::Send { wqe, offset }) = &mut self.resp.cur else {
-                    return Err(inv_req);
-                };
-                let total = sge_total(&wqe.sg_list).unwrap_or(0);
-                let n = rx.payload.len() as u32;
-                if offset.checked_add(n).is_none_or(|e| e > total) {
-                    return Err(Refuse::Nak(
-                        NakCode::InvalidRequest,
-                        Some(WcStatus::LocLenErr),
-                    ));
-                }
-                if let Err(e) =
-                    ctx.mrs
-                        .scatter(self.pd, &wqe.sg_list, u64::from(*offset), rx.payload)
-                {
-                    tracing::debug!(qpn = self.qpn, %e, "receive WQE scatter failed");
-                    return Err(Refuse::Nak(
-                        NakCode::RemoteOperationalError,
-                        Some(WcStatus::LocProtErr),
-                    ));
-                }
-                *offset += n;
-                if end {
-                    let mut flags = WcFlags::empty();
-                    let mut inv_rkey = 0;
-                    if let Some(ieth) = rx.ext.ieth {
-                        if let Err(e) = ctx.mrs.invalidate(self.pd, ieth.rkey) {
-                            tracing::debug!(qpn = self.qpn, %e, "invalidate failed");
-                            return Err(Refuse::Nak(
-                                NakCode::InvalidRequest,
-                                Some(WcStatus::RemInvReqErr),
-                            ));
-                        }
-                        flags |= WcFlags::WITH_INV;
-                        inv_rkey = ieth.rkey;
-                    }
-                    let Some(InMsg::Send { wqe, offset }) = self.resp.cur.take() else {
-                        return Err(inv_req);
-                    };
-                    let mut wc =
-                        WorkCompletion::new(self.qpn, wqe.wr_id, WcOpcode::Recv, WcStatus::Success);
-                    wc.byte_len = offset;
-                    if let Some(imm) = rx.ext.immdt {
-                        flags |= WcFlags::WITH_IMM;
-                        wc.imm_data = imm.imm;
-                    }
-                    wc.invalidated_rkey = inv_rkey;
-                    wc.wc_flags = flags;
-                    ctx.cqs.push(self.recv_cq, wc, ctx.counters);
-                    self.resp.msn = self.resp.msn.wrapping_add(1) & Psn::MASK;
-                }
-                Ok(())
+        if matches!(pos, Position::First | Position::Only) {
+            let wqe = self.take_recv(ctx).ok_or(Refuse::Rnr)?;
+            self.resp.cur = Some(InMsg::Send { wqe, offset: 0 });
+        }
+        let Some(InMsg::Send { wqe, offset }) = &mut self.resp.cur else {
+            return Err(INVALID_REQUEST);
+        };
+        let total = sge_total(&wqe.sg_list).unwrap_or(0);
+        let n = rx.payload.len() as u32;
+        if offset.checked_add(n).is_none_or(|e| e > total) {
+            return Err(Refuse::Nak(
+                NakCode::InvalidRequest,
+                Some(WcStatus::LocLenErr),
+            ));
+        }
+        if let Err(e) = ctx
+            .mrs
+            .scatter(self.pd, &wqe.sg_list, u64::from(*offset), rx.payload)
+        {
+            tracing::debug!(qpn = self.qpn, %e, "receive WQE scatter failed");
+            return Err(Refuse::Nak(
+                NakCode::RemoteOperationalError,
+                Some(WcStatus::LocProtErr),
+            ));
+        }
+        *offset += n;
+        if !end {
+            return Ok(());
+        }
+        let mut flags = WcFlags::empty();
+        let mut inv_rkey = 0;
+        if let Some(ieth) = rx.ext.ieth {
+            if let Err(e) = ctx.mrs.invalidate(self.pd, ieth.rkey) {
+                tracing::debug!(qpn = self.qpn, %e, "invalidate failed");
+                return Err(Refuse::Nak(
+                    NakCode::InvalidRequest,
+                    Some(WcStatus::RemInvReqErr),
+                ));
             }
-            Operation::RdmaWrite => {
-                if matches!(pos, Position::First | Position::Only) {
-                    if !access.contains(Access::REMOTE_WRITE) {
-                        return Err(inv_req);
-                    }
-                    let reth = rx.ext.reth.ok_or(inv_req)?;
-                    if reth.dma_len > 0 {
-                        ctx.mrs
-                            .check(
-                                reth.rkey,
-                                KeyKind::Remote,
-                                self.pd,
-                                reth.va,
-                                u64::from(reth.dma_len),
-                                Access::REMOTE_WRITE,
-                            )
-                            .map_err(|e| {
-                                tracing::debug!(qpn = self.qpn, %e, "RDMA WRITE refused");
-                                Refuse::Nak(NakCode::RemoteAccessError, None)
-                            })?;
-                    }
-                    self.resp.cur = Some(InMsg::Write {
-                        va: reth.va,
-                        rkey: reth.rkey,
-                        resid: reth.dma_len,
-                        total: reth.dma_len,
-                    });
-                }
-                let Some(InMsg::Write {
-                    va,
+            flags |= WcFlags::WITH_INV;
+            inv_rkey = ieth.rkey;
+        }
+        let Some(InMsg::Send { wqe, offset }) = self.resp.cur.take() else {
+            return Err(INVALID_REQUEST);
+        };
+        let mut wc = WorkCompletion::new(self.qpn, wqe.wr_id, WcOpcode::Recv, WcStatus::Success);
+        wc.byte_len = offset;
+        if let Some(imm) = rx.ext.immdt {
+            flags |= WcFlags::WITH_IMM;
+            wc.imm_data = imm.imm;
+        }
+        wc.invalidated_rkey = inv_rkey;
+        wc.wc_flags = flags;
+        ctx.cqs.push(self.recv_cq, wc, ctx.counters);
+        self.resp.advance_msn();
+        Ok(())
+    }
+
+    /// RDMA WRITE: checks the R_Key at the first packet, places every packet's payload,
+    /// and with immediate data completes a receive WQE at the last.
+    fn execute_write(&mut self, ctx: &mut Ctx<'_>, rx: &Rx<'_>) -> Result<(), Refuse> {
+        let pos = rx.bth.opcode.position();
+        let end = matches!(pos, Position::Last | Position::Only);
+        if matches!(pos, Position::First | Position::Only) {
+            self.qp_allows(Access::REMOTE_WRITE)?;
+            let reth = rx.ext.reth.ok_or(INVALID_REQUEST)?;
+            self.check_rkey(ctx, reth.rkey, reth.va, reth.dma_len, Access::REMOTE_WRITE)?;
+            self.resp.cur = Some(InMsg::Write {
+                va: reth.va,
+                rkey: reth.rkey,
+                resid: reth.dma_len,
+                total: reth.dma_len,
+            });
+        }
+        let Some(InMsg::Write {
+            va,
+            rkey,
+            resid,
+            total,
+        }) = self.resp.cur.clone()
+        else {
+            return Err(INVALID_REQUEST);
+        };
+        let n = rx.payload.len() as u32;
+        if n > resid || (end && n != resid) {
+            return Err(INVALID_REQUEST);
+        }
+        // WRITE with immediate consumes a receive WQE: check before placing data.
+        if end && rx.ext.immdt.is_some() && !self.has_recv(ctx) {
+            return Err(Refuse::Rnr);
+        }
+        if n > 0 {
+            let at = va.wrapping_add(u64::from(total - resid));
+            ctx.mrs
+                .write(
                     rkey,
-                    resid,
-                    total,
-                }) = self.resp.cur.clone()
-                else {
-                    return Err(inv_req);
-                };
-                let n = rx.payload.len() as u32;
-                if n > resid || (end && n != resid) {
-                    return Err(inv_req);
-                }
-                // WRITE with immediate consumes a receive WQE: check before placing data.
-                if end && rx.ext.immdt.is_some() && !self.has_recv(ctx) {
-                    return Err(Refuse::Rnr);
-                }
-                if n > 0 {
-                    let at = va.wrapping_add(u64::from(total - resid));
-                    ctx.mrs
-                        .write(
-                            rkey,
-                            KeyKind::Remote,
-                            self.pd,
-                            at,
-                            Access::REMOTE_WRITE,
-                            rx.payload,
-                        )
-                        .map_err(|_| Refuse::Nak(NakCode::RemoteAccessError, None))?;
-                }
-                if let Some(InMsg::Write { resid, .. }) = &mut self.resp.cur {
-                    *resid -= n;
-                }
-                if end {
-                    self.resp.cur = None;
-                    ctx.counters.rdma_recvs += 1;
-                    if let Some(imm) = rx.ext.immdt {
-                        if let Some(wqe) = self.take_recv(ctx) {
-                            let mut wc = WorkCompletion::new(
-                                self.qpn,
-                                wqe.wr_id,
-                                WcOpcode::RecvRdmaWithImm,
-                                WcStatus::Success,
-                            );
-                            wc.byte_len = total;
-                            wc.imm_data = imm.imm;
-                            wc.wc_flags = WcFlags::WITH_IMM;
-                            ctx.cqs.push(self.recv_cq, wc, ctx.counters);
-                        }
-                    }
-                    self.resp.msn = self.resp.msn.wrapping_add(1) & Psn::MASK;
-                }
-                Ok(())
-            }
-            Operation::RdmaReadRequest => {
-                if !access.contains(Access::REMOTE_READ) {
-                    return Err(inv_req);
-                }
-                let reth = rx.ext.reth.ok_or(inv_req)?;
-                if self.active_reads() >= usize::from(self.attr.max_dest_rd_atomic) {
-                    return Err(inv_req);
-                }
-                if reth.dma_len > 0 {
-                    ctx.mrs
-                        .check(
-                            reth.rkey,
-                            KeyKind::Remote,
-                            self.pd,
-                            reth.va,
-                            u64::from(reth.dma_len),
-                            Access::REMOTE_READ,
-                        )
-                        .map_err(|e| {
-                            tracing::debug!(qpn = self.qpn, %e, "RDMA READ refused");
-                            Refuse::Nak(NakCode::RemoteAccessError, None)
-                        })?;
-                }
-                let psn = rx.bth.psn;
-                let n = packets(reth.dma_len, self.mtu());
-                let last_psn = psn.add(n - 1);
-                let age = self.next_age();
-                let slot = self.free_resource();
-                self.resp.res[slot] = Resource::Read {
-                    first_psn: psn,
-                    last_psn,
-                    start_psn: psn,
-                    va: reth.va,
-                    rkey: reth.rkey,
-                    len: reth.dma_len,
-                    next_psn: psn,
-                    pending: true,
-                    age,
-                };
-                self.push_resp(ctx, RespOut::Read { res: slot });
-                self.resp.psn = last_psn.add(1);
-                self.resp.msn = self.resp.msn.wrapping_add(1) & Psn::MASK;
-                ctx.counters.rdma_recvs += 1;
-                Ok(())
-            }
-            Operation::CompareSwap | Operation::FetchAdd => {
-                if !access.contains(Access::REMOTE_ATOMIC) {
-                    return Err(inv_req);
-                }
-                let a = rx.ext.atomic_eth.ok_or(inv_req)?;
-                if self.active_reads() >= usize::from(self.attr.max_dest_rd_atomic) {
-                    return Err(inv_req);
-                }
-                if a.va % 8 != 0 {
-                    return Err(inv_req);
-                }
-                let aop = if op.operation() == Operation::CompareSwap {
-                    AtomicOp::CmpSwp {
-                        compare: a.compare,
-                        swap: a.swap_add,
-                    }
-                } else {
-                    AtomicOp::FetchAdd(a.swap_add)
-                };
-                let orig = ctx.mrs.atomic(a.rkey, self.pd, a.va, aop).map_err(|e| {
-                    tracing::debug!(qpn = self.qpn, %e, "atomic refused");
-                    Refuse::Nak(NakCode::RemoteAccessError, None)
-                })?;
-                let psn = rx.bth.psn;
-                let age = self.next_age();
-                let slot = self.free_resource();
-                self.resp.res[slot] = Resource::Atomic { psn, orig, age };
-                self.push_resp(ctx, RespOut::AtomicAck { psn, orig });
-                self.resp.psn = psn.add(1);
-                self.resp.msn = self.resp.msn.wrapping_add(1) & Psn::MASK;
-                Ok(())
-            }
-            _ => Err(inv_req),
+                    KeyKind::Remote,
+                    self.pd,
+                    at,
+                    Access::REMOTE_WRITE,
+                    rx.payload,
+                )
+                .map_err(|_| Refuse::Nak(NakCode::RemoteAccessError, None))?;
         }
-    }
-
-    fn next_age(&mut self) -> u64 {
-        self.resp.res_age += 1;
-        self.resp.res_age
-    }
-
-    /// READs whose responses are still being sent.
-    fn active_reads(&self) -> usize {
-        self.resp
-            .res
-            .iter()
-            .filter(|r| matches!(r, Resource::Read { pending: true, .. }))
-            .count()
-    }
-
-    /// A free resource slot, else the oldest one not being sent.
-    fn free_resource(&mut self) -> usize {
-        let mut best: Option<(usize, u64)> = None;
-        for (i, r) in self.resp.res.iter().enumerate() {
-            let age = match r {
-                Resource::Free => return i,
-                Resource::Read { pending: true, .. } => continue,
-                Resource::Read { age, .. } | Resource::Atomic { age, .. } => *age,
-            };
-            if best.is_none_or(|(_, a)| age < a) {
-                best = Some((i, age));
+        if let Some(InMsg::Write { resid, .. }) = &mut self.resp.cur {
+            *resid -= n;
+        }
+        if !end {
+            return Ok(());
+        }
+        self.resp.cur = None;
+        ctx.counters.rdma_recvs += 1;
+        if let Some(imm) = rx.ext.immdt {
+            if let Some(wqe) = self.take_recv(ctx) {
+                let mut wc = WorkCompletion::new(
+                    self.qpn,
+                    wqe.wr_id,
+                    WcOpcode::RecvRdmaWithImm,
+                    WcStatus::Success,
+                );
+                wc.byte_len = total;
+                wc.imm_data = imm.imm;
+                wc.wc_flags = WcFlags::WITH_IMM;
+                ctx.cqs.push(self.recv_cq, wc, ctx.counters);
             }
         }
-        match best {
-            Some((i, _)) => i,
-            None => {
-                // Only reachable with more pending reads than slots, which `active_reads`
-                // prevents; grow rather than corrupt a pending stream.
-                self.resp.res.push(Resource::Free);
-                self.resp.res.len() - 1
-            }
+        self.resp.advance_msn();
+        Ok(())
+    }
+
+    /// RDMA READ request: checks it, keeps it as a resource and queues its responses
+    /// (sent by `responder_tx`); the expected PSN skips one per response packet.
+    fn execute_read(&mut self, ctx: &mut Ctx<'_>, rx: &Rx<'_>) -> Result<(), Refuse> {
+        self.qp_allows(Access::REMOTE_READ)?;
+        let reth = rx.ext.reth.ok_or(INVALID_REQUEST)?;
+        if self.resp.active_reads() >= usize::from(self.attr.max_dest_rd_atomic) {
+            return Err(INVALID_REQUEST);
         }
+        self.check_rkey(ctx, reth.rkey, reth.va, reth.dma_len, Access::REMOTE_READ)?;
+        let psn = rx.bth.psn;
+        let n = packets(reth.dma_len, self.mtu());
+        let last_psn = psn.add(n - 1);
+        let age = self.resp.next_age();
+        let slot = self.resp.free_resource();
+        self.resp.res[slot] = Resource::Read {
+            first_psn: psn,
+            last_psn,
+            start_psn: psn,
+            va: reth.va,
+            rkey: reth.rkey,
+            len: reth.dma_len,
+            next_psn: psn,
+            pending: true,
+            age,
+        };
+        self.push_resp(ctx, RespOut::Read { res: slot });
+        self.resp.expected_psn = last_psn.add(1);
+        self.resp.advance_msn();
+        ctx.counters.rdma_recvs += 1;
+        Ok(())
+    }
+
+    /// Atomic: executes it once (the memory table checks the R_Key and alignment),
+    /// caches the original value for duplicates and queues the atomic ACK.
+    fn execute_atomic(&mut self, ctx: &mut Ctx<'_>, rx: &Rx<'_>) -> Result<(), Refuse> {
+        self.qp_allows(Access::REMOTE_ATOMIC)?;
+        let a = rx.ext.atomic_eth.ok_or(INVALID_REQUEST)?;
+        if self.resp.active_reads() >= usize::from(self.attr.max_dest_rd_atomic) {
+            return Err(INVALID_REQUEST);
+        }
+        if a.va % 8 != 0 {
+            return Err(INVALID_REQUEST);
+        }
+        let aop = if rx.bth.opcode.operation() == Operation::CompareSwap {
+            AtomicOp::CmpSwp {
+                compare: a.compare,
+                swap: a.swap_add,
+            }
+        } else {
+            AtomicOp::FetchAdd(a.swap_add)
+        };
+        let orig = ctx.mrs.atomic(a.rkey, self.pd, a.va, aop).map_err(|e| {
+            tracing::debug!(qpn = self.qpn, %e, "atomic refused");
+            Refuse::Nak(NakCode::RemoteAccessError, None)
+        })?;
+        let psn = rx.bth.psn;
+        let age = self.resp.next_age();
+        let slot = self.resp.free_resource();
+        self.resp.res[slot] = Resource::Atomic { psn, orig, age };
+        self.push_resp(ctx, RespOut::AtomicAck { psn, orig });
+        self.resp.expected_psn = psn.add(1);
+        self.resp.advance_msn();
+        Ok(())
     }
 
     fn rc_duplicate(&mut self, ctx: &mut Ctx<'_>, rx: &Rx<'_>) {
@@ -427,7 +556,7 @@ impl Qp {
                 let syndrome = Syndrome::Ack {
                     credits: self.credits(),
                 };
-                let last = self.resp.psn.sub(1);
+                let last = self.resp.expected_psn.sub(1);
                 self.push_resp(
                     ctx,
                     RespOut::Ack {
@@ -503,11 +632,11 @@ impl Qp {
         let psn = rx.bth.psn;
         let pos = rx.bth.opcode.position();
         let starts = matches!(pos, Position::First | Position::Only);
-        if psn != self.resp.psn && self.resp.cur.is_some() {
+        if psn != self.resp.expected_psn && self.resp.cur.is_some() {
             // Lost packets: abandon the message in progress.
             self.uc_abort(ctx);
         }
-        self.resp.psn = psn.add(1);
+        self.resp.expected_psn = psn.add(1);
         if starts && self.resp.cur.is_some() {
             // A new message while one is open: the old one lost its end.
             self.uc_abort(ctx);
@@ -741,5 +870,92 @@ impl Qp {
             ecn: None,
             paced,
         })
+    }
+}
+
+impl Qp {
+    /// The next receive WQE: from the SRQ if the QP has one, else its own queue.
+    fn take_recv(&mut self, ctx: &mut Ctx<'_>) -> Option<RecvWr> {
+        match self.srq {
+            Some(id) => ctx.srqs.get_mut(id)?.queue.pop_front(),
+            None => self.rq.pop_front(),
+        }
+    }
+
+    /// Puts back a receive WQE taken for a message that was then abandoned.
+    fn return_recv(&mut self, ctx: &mut Ctx<'_>, wqe: RecvWr) {
+        match self.srq {
+            Some(id) => {
+                if let Some(s) = ctx.srqs.get_mut(id) {
+                    s.queue.push_front(wqe);
+                }
+            }
+            None => self.rq.push_front(wqe),
+        }
+    }
+
+    /// Whether a receive WQE is available.
+    fn has_recv(&self, ctx: &Ctx<'_>) -> bool {
+        match self.srq {
+            Some(id) => ctx.srqs.get(id).is_some_and(|s| !s.queue.is_empty()),
+            None => !self.rq.is_empty(),
+        }
+    }
+
+    /// The AETH credit code for the receive WQEs posted now; "no limit" (31) for a QP on
+    /// an SRQ, whose WQEs other QPs may take at any time.
+    fn credits(&self) -> u8 {
+        if self.srq.is_some() {
+            return ferroce_wire::Syndrome::UNLIMITED_CREDITS;
+        }
+        let n = self.rq.len() as u32;
+        ferroce_wire::aeth::CREDITS
+            .iter()
+            .rposition(|&c| c <= n)
+            .unwrap_or(0) as u8
+    }
+
+    /// Queues a responder packet; consecutive plain ACKs coalesce into the newest.
+    fn push_resp(&mut self, ctx: &mut Ctx<'_>, item: RespOut) {
+        if let (
+            RespOut::Ack {
+                syndrome: Syndrome::Ack { .. },
+                ..
+            },
+            Some(RespOut::Ack {
+                syndrome: Syndrome::Ack { .. },
+                ..
+            }),
+        ) = (item, self.resp.out.back())
+        {
+            if let Some(b) = self.resp.out.back_mut() {
+                *b = item;
+            }
+            return;
+        }
+        if self.resp.out.len() >= MAX_RESP_QUEUE {
+            ctx.counters.tx_queue_full += 1;
+            return;
+        }
+        if let RespOut::Ack {
+            syndrome: Syndrome::Nak(_) | Syndrome::RnrNak { .. },
+            ..
+        } = item
+        {
+            ctx.counters.naks_sent += 1;
+        }
+        self.resp.out.push_back(item);
+    }
+
+    /// Queues a NAK.
+    fn push_nak(&mut self, ctx: &mut Ctx<'_>, psn: Psn, code: NakCode) {
+        tracing::debug!(qpn = self.qpn, %psn, ?code, "NAK");
+        self.push_resp(
+            ctx,
+            RespOut::Ack {
+                psn,
+                syndrome: Syndrome::Nak(code),
+            },
+        );
     }
 }
