@@ -49,6 +49,7 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_debug_implementations)]
+#![warn(missing_docs)]
 
 mod counters;
 mod cq;
@@ -56,6 +57,9 @@ mod dcqcn;
 mod endpoint;
 mod error;
 mod flags;
+// mr.rs is being rewritten in parallel (regions as views of application memory);
+// its public items get their docs with that change rather than a conflicting edit here.
+#[allow(missing_docs)]
 mod mr;
 mod qp;
 mod sge;
