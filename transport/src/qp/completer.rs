@@ -1,6 +1,9 @@
 //! Completer: matches ACKs, NAKs and read/atomic responses against outstanding WQEs,
 //! completes them strictly in posting order, and drives retries (go-back-N on sequence
 //! NAKs, implicit NAKs and local ACK timeouts; RNR waits) within the QP's retry budgets.
+//!
+//! Its state is `Completer` (oldest unacknowledged PSN, retry budgets); its two timers
+//! are entries of the QP's timer table, and their expiry handlers live here.
 
 use ferroce_wire::aeth::RNR_TIMER_US;
 use ferroce_wire::{NakCode, Operation, Position, Psn, Syndrome};
@@ -345,7 +348,7 @@ impl Qp {
         self.complete_local_errors(ctx);
     }
 
-    /// [`Timer::RnrWait`] expired: resend from the oldest unacknowledged PSN.
+    /// `Timer::RnrWait` expired: resend from the oldest unacknowledged PSN.
     pub(super) fn rnr_wait_over(&mut self, ctx: &mut Ctx<'_>) {
         self.timers.stop(Timer::RnrWait);
         tracing::debug!(qpn = self.qpn, psn = %self.comp.oldest_unacked_psn, "RNR wait over: resending");
@@ -354,7 +357,7 @@ impl Qp {
         self.timers.set(Timer::AckTimeout, deadline);
     }
 
-    /// [`Timer::AckTimeout`] expired: go-back-N if anything is still outstanding.
+    /// `Timer::AckTimeout` expired: go-back-N if anything is still outstanding.
     pub(super) fn ack_timeout_expired(&mut self, ctx: &mut Ctx<'_>) {
         if !self.outstanding() {
             self.timers.stop(Timer::AckTimeout);

@@ -6,9 +6,9 @@
 //! window, `max_rd_atomic`, fences, SQD and RNR waits. Go-back-N is just the completer
 //! moving the requester's position back (see `Qp::rewind_to`).
 //!
-//! Sending one packet is four steps: [`Qp::decide`] picks the WQE and packet (or holds
-//! back), [`Qp::headers`] builds its headers, [`Qp::payload`] writes it with its payload,
-//! and [`Qp::commit`] advances the requester past it.
+//! Sending one packet is four steps: `Qp::decide` picks the WQE and packet (or holds
+//! back), `Qp::headers` builds its headers, `Qp::payload` writes it with its payload,
+//! and `Qp::commit` advances the requester past it.
 
 use core::net::Ipv6Addr;
 
@@ -82,7 +82,7 @@ impl Requester {
     }
 }
 
-/// One request packet as [`Qp::headers`] builds it.
+/// One request packet as `Qp::headers` builds it.
 #[derive(Debug)]
 struct Request {
     /// The WQE's index in the send queue.

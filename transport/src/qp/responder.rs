@@ -1,6 +1,6 @@
 //! Responder: checks and executes incoming requests, and owes the requester ACKs, NAKs,
-//! read responses and atomic ACKs (queued in order in `resp.out`, sent by
-//! `responder_tx`).
+//! read responses and atomic ACKs (queued in order in `Responder::out`,
+//! sent by `responder_tx`).
 //!
 //! RC follows the IB spec's PSN rules: the expected PSN executes; a duplicate is answered
 //! again (SEND/WRITE re-ACKed, READ re-executed from the duplicate PSN, atomics from the

@@ -3,7 +3,7 @@
 //! Every timer of a QP lives here, so `poll_timeout` is the earliest entry of each
 //! table and `handle_timeout` is the only place an expired one acts (`poll_transmit`
 //! never fires a timer). Roles arm and stop entries; the actions are the roles'
-//! methods, dispatched from [`Qp::handle_timeout`].
+//! methods, dispatched from `Qp::handle_timeout`.
 
 use crate::qp::{Ctx, Qp};
 use crate::time::Instant;
