@@ -11,10 +11,10 @@ use ferroce_wire::{
 
 use crate::counters::Counters;
 use crate::cq::CqTable;
-use crate::dcqcn::{CnpOut, DcqcnConfig, DcqcnState, ECN_CE};
+use crate::dcqcn::{DcqcnConfig, DcqcnState, ECN_CE};
 use crate::error::{Error, Result};
 use crate::mr::{Access, MrInfo, MrTable};
-use crate::qp::{Ctx, Qp, Rx};
+use crate::qp::{CnpOut, Ctx, Qp, Rx};
 use crate::srq::SrqTable;
 use crate::time::Instant;
 use crate::tx::{ip_udp_len, TxMeta, MAX_DATAGRAM_LEN};
@@ -166,8 +166,7 @@ impl Endpoint {
     /// packets it receives make it send CNPs, and CNPs it receives drive its pacer.
     pub fn set_qp_dcqcn(&mut self, qpn: u32, enabled: Option<bool>) -> Result<()> {
         let qp = self.qps.get_mut(&qpn).ok_or(Error::InvalidQp(qpn))?;
-        qp.cc.enabled = enabled;
-        qp.reset_cc();
+        qp.set_cc_enabled(enabled);
         Ok(())
     }
 
@@ -175,17 +174,7 @@ impl Endpoint {
     /// α decay up to `now` applied to a copy); `None` for an unknown QP or one without
     /// congestion control.
     pub fn qp_rate(&self, qpn: u32, now: Instant) -> Option<DcqcnState> {
-        let qp = self.qps.get(&qpn)?;
-        if !qp.cc.is_enabled(&self.dcqcn) {
-            return None;
-        }
-        let mut rp = qp
-            .cc
-            .rp_ref()
-            .cloned()
-            .unwrap_or_else(|| crate::dcqcn::Rp::new(&self.dcqcn));
-        rp.advance(&self.dcqcn, now);
-        Some(rp.state())
+        self.qps.get(&qpn)?.rate(&self.dcqcn, now)
     }
 
     /// The numbers of the QPs that exist, in ascending order.
@@ -570,7 +559,7 @@ impl Endpoint {
             } else {
                 Some(qp.attr.dest_qp_num)
             };
-            if let (true, Some(dest_qp)) = (qp.cc.is_enabled(dcqcn), dest_qp) {
+            if let Some(dest_qp) = dest_qp {
                 let out = CnpOut {
                     dst: src_gid,
                     src: dg.dst_gid(),
@@ -581,7 +570,7 @@ impl Endpoint {
                         qp.attr.av.flow_label
                     },
                 };
-                qp.cc.np.on_marked(dcqcn, now, out);
+                qp.on_ce_marked(dcqcn, now, out);
             }
         }
         let rx = Rx {
@@ -610,7 +599,7 @@ impl Endpoint {
         let cfg = &self.dcqcn;
         let qp = match self.qps.get_mut(&qpn) {
             Some(qp)
-                if qp.cc.is_enabled(cfg)
+                if qp.cc_enabled(cfg)
                     && (qp.qp_type == QpType::Ud || qp.attr.av.dest_gid == src_gid) =>
             {
                 qp

@@ -31,6 +31,8 @@ use crate::verbs::{
     WcOpcode, WcStatus, WorkCompletion,
 };
 use completer::Completer;
+pub(crate) use congestion::CnpOut;
+use congestion::QpCc;
 use requester::Requester;
 use responder::Responder;
 use timers::{Timer, Timers};
@@ -38,11 +40,11 @@ use timers::{Timer, Timers};
 /// Most READs/atomics a QP may keep outstanding or accept (max_qp_rd_atom of the device).
 pub const MAX_RD_ATOMIC: u8 = 16;
 /// Packets a requester sends beyond the oldest unacknowledged one (rxe's limit).
-pub(crate) const SEND_WINDOW: i32 = 128;
+const SEND_WINDOW: i32 = 128;
 /// A requester asks for an ACK at least this often within a long message.
-pub(crate) const MAX_PKTS_PER_ACK: u32 = 64;
+const MAX_PKTS_PER_ACK: u32 = 64;
 /// Bound on queued responder packets (ACKs coalesce, so this is rarely reached).
-pub(crate) const MAX_RESP_QUEUE: usize = 64;
+const MAX_RESP_QUEUE: usize = 64;
 
 /// Borrowed endpoint state a QP needs while it works.
 pub(crate) struct Ctx<'a> {
@@ -56,26 +58,26 @@ pub(crate) struct Ctx<'a> {
 /// A posted send work request plus its transport bookkeeping.
 #[derive(Debug, Clone)]
 pub(crate) struct SendWqe {
-    pub wr: SendWr,
+    wr: SendWr,
     /// The gathered bytes of an inline send, copied at post time.
-    pub inline: Option<Vec<u8>>,
+    inline: Option<Vec<u8>>,
     /// Message length in bytes.
-    pub len: u32,
-    pub signaled: bool,
+    len: u32,
+    signaled: bool,
     /// First PSN, valid once the requester started the WQE.
-    pub first_psn: Psn,
+    first_psn: Psn,
     /// PSNs the message consumes (READ: one per response packet).
-    pub npkts: u32,
+    npkts: u32,
     /// A local error found when starting the WQE; it completes with it in order.
-    pub local_err: Option<WcStatus>,
+    local_err: Option<WcStatus>,
     /// PSNs were assigned (the WQE was started at least once; a rewind keeps them).
-    pub assigned: bool,
+    assigned: bool,
     /// Every packet was sent at least once, so an ACK may cover the whole message.
-    pub sent_all: bool,
+    sent_all: bool,
 }
 
 impl SendWqe {
-    pub fn last_psn(&self) -> Psn {
+    fn last_psn(&self) -> Psn {
         self.first_psn.add(self.npkts.saturating_sub(1))
     }
 }
@@ -103,7 +105,7 @@ pub(crate) struct Qp {
     pub cap: QpCap,
     pub attr: QpAttr,
     /// UDP source port of every packet (derived from the QP numbers as rxe does).
-    pub sport: u16,
+    sport: u16,
     /// Send WQEs posted and not completed, oldest first (the requester sends them, the
     /// completer retires them).
     sq: VecDeque<SendWqe>,
@@ -120,7 +122,7 @@ pub(crate) struct Qp {
     /// Every timer of the QP.
     timers: Timers,
     /// DCQCN notification and reaction point.
-    pub cc: crate::dcqcn::QpCc,
+    cc: QpCc,
 }
 
 /// UDP source port of an RC/UC QP, as rxe 6.1 derives it from both QP numbers.
@@ -136,7 +138,7 @@ pub fn ud_src_port(qpn: u32) -> u16 {
 }
 
 /// Local ACK timeout of the IB encoding: 4.096 µs × 2^t; `None` for 0 (wait forever).
-pub(crate) fn ack_timeout(t: u8) -> Option<Duration> {
+fn ack_timeout(t: u8) -> Option<Duration> {
     (t != 0).then(|| Duration::from_nanos(4096u64 << t.min(31)))
 }
 
@@ -275,7 +277,7 @@ impl Qp {
             comp: Completer::default(),
             resp: Responder::default(),
             timers: Timers::default(),
-            cc: crate::dcqcn::QpCc::default(),
+            cc: QpCc::default(),
         }
     }
 
