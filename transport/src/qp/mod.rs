@@ -4,12 +4,14 @@
 //! The three roles of the IB spec each own their state, in their own files:
 //! [`requester`] turns send WQEs into request packets, [`responder`] executes requests
 //! and answers them, and [`completer`] matches responses against outstanding WQEs.
-//! Their timers share one table ([`timers`]); [`congestion`] is the QP's side of DCQCN.
+//! Their timers share one table ([`timers`]); [`congestion`] is the QP's side of DCQCN;
+//! [`post`] checks and queues work requests.
 //! A role's fields are private to its file; the others go through its `pub(super)`
 //! methods.
 
 mod completer;
 mod congestion;
+mod post;
 mod requester;
 mod responder;
 mod timers;
@@ -27,8 +29,8 @@ use crate::error::{Error, Result};
 use crate::mr::{Access, MrTable};
 use crate::time::Instant;
 use crate::verbs::{
-    CqId, Mtu, PdId, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendFlags, SendWr,
-    WcOpcode, WcStatus, WorkCompletion,
+    CqId, Mtu, PdId, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendWr, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 use completer::Completer;
 pub(crate) use congestion::CnpOut;
@@ -563,119 +565,6 @@ impl Qp {
     /// Send WQEs posted and not completed yet.
     pub(crate) fn sq_outstanding(&self) -> usize {
         self.sq.len()
-    }
-
-    /// Queues a send WR (the endpoint checked the QP state allows it).
-    pub(crate) fn post_send(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        wr: &SendWr,
-        gids: &[Ipv6Addr],
-        port_mtu: Mtu,
-    ) -> Result<()> {
-        use crate::verbs::WrOpcode as Op;
-        match self.state() {
-            QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => {}
-            s => return Err(Error::InvalidState(s)),
-        }
-        if self.sq.len() >= self.cap.max_send_wr as usize {
-            return Err(Error::QueueFull);
-        }
-        let inline = wr.flags.contains(SendFlags::INLINE);
-        if wr.sg_list.len() > self.cap.max_send_sge as usize && !inline {
-            return Err(Error::TooManySge);
-        }
-        let len = crate::mr::sge_total(&wr.sg_list).ok_or(Error::MessageTooLarge)?;
-        if len > 1 << 31 {
-            return Err(Error::MessageTooLarge);
-        }
-        match (self.qp_type, wr.opcode) {
-            (QpType::Ud, Op::Send | Op::SendWithImm) => {
-                let ud = wr
-                    .ud
-                    .as_ref()
-                    .ok_or(Error::InvalidWr("UD send without a destination"))?;
-                check_av(&ud.av, gids)?;
-                if ud.dest_qpn > 0xff_ffff {
-                    return Err(Error::InvalidWr("dest_qpn"));
-                }
-                if len > port_mtu.bytes() {
-                    return Err(Error::MessageTooLarge);
-                }
-            }
-            (QpType::Ud, _) => return Err(Error::InvalidWr("opcode not supported on UD")),
-            (QpType::Uc, op) if op.is_read_or_atomic() || op == Op::SendWithInv => {
-                return Err(Error::InvalidWr("opcode not supported on UC"))
-            }
-            _ => {}
-        }
-        if wr.opcode.is_atomic() {
-            if len != 8 || wr.sg_list.len() != 1 {
-                return Err(Error::InvalidWr("atomics take one 8-byte SGE"));
-            }
-            if wr.remote_addr % 8 != 0 {
-                return Err(Error::InvalidWr("atomic remote address not 8-byte aligned"));
-            }
-        }
-        let inline_bytes = if inline {
-            if wr.opcode.is_read_or_atomic() {
-                return Err(Error::InvalidWr("inline READ or atomic"));
-            }
-            if len > self.cap.max_inline_data {
-                return Err(Error::InlineTooLarge);
-            }
-            let mut buf = vec![0u8; len as usize];
-            // Inline data is gathered now; a bad key is a post-time error.
-            ctx.mrs
-                .gather(self.pd, &wr.sg_list, 0, &mut buf)
-                .map_err(|_| Error::InvalidWr("inline gather failed (bad lkey or range)"))?;
-            Some(buf)
-        } else {
-            None
-        };
-        let mut stored = wr.clone();
-        if inline {
-            stored.sg_list.clear();
-        }
-        self.sq.push_back(SendWqe {
-            wr: stored,
-            inline: inline_bytes,
-            len,
-            signaled: self.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED),
-            first_psn: Psn::new(0),
-            npkts: 0,
-            local_err: None,
-            assigned: false,
-            sent_all: false,
-        });
-        if matches!(self.state(), QpState::Err | QpState::Sqe) {
-            self.flush_sq(ctx);
-        }
-        Ok(())
-    }
-
-    /// Queues a receive WR.
-    pub(crate) fn post_recv(&mut self, ctx: &mut Ctx<'_>, wr: &RecvWr) -> Result<()> {
-        if self.srq.is_some() {
-            return Err(Error::InvalidWr("this QP receives from an SRQ: post there"));
-        }
-        if self.state() == QpState::Reset {
-            return Err(Error::InvalidState(QpState::Reset));
-        }
-        if self.rq.len() >= self.cap.max_recv_wr as usize {
-            return Err(Error::QueueFull);
-        }
-        if wr.sg_list.len() > self.cap.max_recv_sge as usize {
-            return Err(Error::TooManySge);
-        }
-        crate::mr::sge_total(&wr.sg_list).ok_or(Error::MessageTooLarge)?;
-        if self.state() == QpState::Err {
-            let wc = WorkCompletion::new(self.qpn, wr.wr_id, WcOpcode::Recv, WcStatus::WrFlushErr);
-            ctx.cqs.push(self.recv_cq, wc, ctx.counters);
-            return Ok(());
-        }
-        self.rq.push_back(wr.clone());
-        Ok(())
     }
 }
 
