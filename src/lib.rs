@@ -7,8 +7,10 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+#[allow(missing_docs)] // moves to the CLI crate
 pub mod apps;
 pub mod capture;
+#[allow(missing_docs)] // moves to the CLI crate
 pub mod decode;
 pub mod driver;
 pub mod link;

@@ -446,8 +446,8 @@ impl Harness {
             sg_list: sges,
         };
         match q.srq {
-            Some(srq) => self.ep.post_srq_recv(srq, &wr),
-            None => self.ep.post_recv(q.qpn, &wr),
+            Some(srq) => self.ep.post_srq_recv(self.now, srq, &wr),
+            None => self.ep.post_recv(self.now, q.qpn, &wr),
         }
         .expect("post_recv");
         let kind = WrKind::Recv { owner: qp, total };
@@ -465,7 +465,7 @@ impl Harness {
         ) {
             self.allow(q.pd, &wr.sg_list);
         }
-        self.ep.post_send(q.qpn, &wr).expect("post_send");
+        self.ep.post_send(self.now, q.qpn, &wr).expect("post_send");
         let kind = WrKind::Send {
             qp,
             opcode: wr.opcode.into(),
@@ -877,7 +877,7 @@ fn bring_up(ep: &mut Endpoint, q: &QpInfo, rts: bool) {
         ..QpAttr::default()
     };
     let m = M::STATE | M::PKEY_INDEX | M::PORT | if ud { M::QKEY } else { M::ACCESS_FLAGS };
-    ep.modify_qp(q.qpn, &attr, m).expect("INIT");
+    ep.modify_qp(Instant::ZERO, q.qpn, &attr, m).expect("INIT");
     let attr = QpAttr {
         qp_state: QpState::Rtr,
         path_mtu: PATH_MTU,
@@ -901,7 +901,7 @@ fn bring_up(ep: &mut Endpoint, q: &QpInfo, rts: bool) {
                 | M::MIN_RNR_TIMER
         }
     };
-    ep.modify_qp(q.qpn, &attr, m).expect("RTR");
+    ep.modify_qp(Instant::ZERO, q.qpn, &attr, m).expect("RTR");
     if !rts {
         return;
     }
@@ -920,7 +920,7 @@ fn bring_up(ep: &mut Endpoint, q: &QpInfo, rts: bool) {
     } else {
         M::STATE | M::SQ_PSN
     };
-    ep.modify_qp(q.qpn, &attr, m).expect("RTS");
+    ep.modify_qp(Instant::ZERO, q.qpn, &attr, m).expect("RTS");
 }
 
 /// [`FIX`] for a wrapped packet: version 0, the default P_Key, and a length and pad count

@@ -131,8 +131,10 @@ pub struct SharedReceiveQueue {
 impl SharedReceiveQueue {
     /// Posts a receive work request (ibv_post_srq_recv).
     pub fn post_recv(&self, wr: &RecvWr) -> Result<(), Error> {
+        // The transport's clock, as the driver passes it to handle_packet.
+        let now = self.ctx.shared().now();
         let mut ep = self.ctx.shared().endpoint();
-        ep.post_srq_recv(self.id, wr)?;
+        ep.post_srq_recv(now, self.id, wr)?;
         self.ctx.shared().kick(ep);
         Ok(())
     }

@@ -100,8 +100,10 @@ impl QueuePair {
                 .shared()
                 .resolve(addr_of(attr.av.dest_gid), RESOLVE_TIMEOUT)?;
         }
+        // The transport's clock, as the driver passes it to handle_packet.
+        let now = self.ctx.shared().now();
         let mut ep = self.ctx.shared().endpoint();
-        ep.modify_qp(self.qpn, attr, mask)?;
+        ep.modify_qp(now, self.qpn, attr, mask)?;
         self.ctx.shared().kick(ep);
         Ok(())
     }
@@ -196,16 +198,20 @@ impl QueuePair {
                 .shared()
                 .resolve(addr_of(ud.av.dest_gid), RESOLVE_TIMEOUT)?;
         }
+        // The transport's clock, as the driver passes it to handle_packet.
+        let now = self.ctx.shared().now();
         let mut ep = self.ctx.shared().endpoint();
-        ep.post_send(self.qpn, wr)?;
+        ep.post_send(now, self.qpn, wr)?;
         self.ctx.shared().kick(ep);
         Ok(())
     }
 
     /// Posts a receive work request.
     pub fn post_recv(&self, wr: &RecvWr) -> Result<(), Error> {
+        // The transport's clock, as the driver passes it to handle_packet.
+        let now = self.ctx.shared().now();
         let mut ep = self.ctx.shared().endpoint();
-        ep.post_recv(self.qpn, wr)?;
+        ep.post_recv(now, self.qpn, wr)?;
         // A new receive WQE can end an RNR wait: the peer's retry then finds it.
         self.ctx.shared().kick(ep);
         Ok(())

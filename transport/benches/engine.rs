@@ -63,7 +63,9 @@ fn setup(mtu: Mtu) -> Pair {
 
 /// One WRITE, start to completion; returns the datagrams exchanged.
 fn one_write(p: &mut Pair) -> u64 {
-    p.sim.nodes[0].post_send(p.a.qpn, &p.wr).unwrap();
+    p.sim.nodes[0]
+        .post_send(Instant::from_nanos(p.now), p.a.qpn, &p.wr)
+        .unwrap();
     let mut pkts = 0;
     loop {
         p.now += 1000;

@@ -53,16 +53,8 @@
 //! polls, and the engine needs no timers but the pacer's: `poll_timeout` names the send
 //! time of a QP held back, or its next timer rate increase if that comes first.
 
-use std::collections::VecDeque;
-
-use core::net::Ipv6Addr;
-
-use ferroce_wire::{cnp, CnpRepr, ExtRepr};
-
 use crate::error::{Error, Result};
-use crate::qp::{Ctx, Qp, RespOut};
 use crate::time::Instant;
-use crate::tx::{ip_udp_len, write_ib, TxMeta};
 
 /// ECN codepoint "not ECN-capable transport".
 pub const ECN_NOT_ECT: u8 = 0;
@@ -72,9 +64,6 @@ pub const ECN_ECT1: u8 = 1;
 pub const ECN_ECT0: u8 = 2;
 /// ECN codepoint "congestion experienced".
 pub const ECN_CE: u8 = 3;
-
-/// CNPs a QP may owe at once (only reachable with `min_time_between_cnps` = 0).
-const MAX_PENDING_CNPS: usize = 16;
 
 /// A rate within this many Mb/s of the maximum counts as recovered.
 const RECOVERED_EPS: f64 = 1e-3;
@@ -620,122 +609,24 @@ impl Rp {
     }
 }
 
-/// A CNP a notification point owes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct CnpOut {
-    /// The sender of the marked packet.
-    pub dst: Ipv6Addr,
-    /// Our address the marked packet was sent to.
-    pub src: Ipv6Addr,
-    /// The QP number of the sender of the marked packet.
-    pub dest_qp: u32,
-    pub flow_label: u32,
-}
-
-/// One QP's notification point.
+/// One QP's notification point: when it last generated a CNP.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Np {
     /// When the last CNP was generated, ns.
     last: Option<u64>,
-    pending: VecDeque<CnpOut>,
 }
 
 impl Np {
-    /// A CE-marked packet arrived at `now`: owe a CNP unless one was generated less than
-    /// `min_time_between_cnps` ago. Returns whether one was queued.
-    pub(crate) fn on_marked(&mut self, cfg: &DcqcnConfig, now: Instant, out: CnpOut) -> bool {
+    /// A CE-marked packet arrived at `now`: whether to generate a CNP for it (not if one
+    /// was generated less than `min_time_between_cnps` ago). A yes is recorded.
+    pub(crate) fn on_marked(&mut self, cfg: &DcqcnConfig, now: Instant) -> bool {
         let t = now.as_nanos();
         let gap = ns(cfg.min_time_between_cnps);
-        if self.last.is_some_and(|l| t < l.saturating_add(gap))
-            || self.pending.len() >= MAX_PENDING_CNPS
-        {
+        if self.last.is_some_and(|l| t < l.saturating_add(gap)) {
             return false;
         }
         self.last = Some(t);
-        self.pending.push_back(out);
         true
-    }
-}
-
-/// Congestion control state of one QP.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct QpCc {
-    /// Per-QP override of `DcqcnConfig::enabled`.
-    pub enabled: Option<bool>,
-    rp: Option<Rp>,
-    pub np: Np,
-    /// The QP has paced packets to send and waits for its pacer (`poll_timeout` reports
-    /// the pacer's time).
-    pub blocked: bool,
-}
-
-impl QpCc {
-    pub(crate) fn is_enabled(&self, cfg: &DcqcnConfig) -> bool {
-        self.enabled.unwrap_or(cfg.enabled)
-    }
-
-    /// The reaction point, created at the configuration's maximum rate.
-    pub(crate) fn rp(&mut self, cfg: &DcqcnConfig) -> &mut Rp {
-        self.rp.get_or_insert_with(|| Rp::new(cfg))
-    }
-
-    /// The reaction point as it is (None before the QP first sent or got a CNP).
-    pub(crate) fn rp_ref(&self) -> Option<&Rp> {
-        self.rp.as_ref()
-    }
-
-    /// Forgets the transport state (QP reset, configuration change), keeps the override.
-    pub(crate) fn clear(&mut self) {
-        self.rp = None;
-        self.np = Np::default();
-        self.blocked = false;
-    }
-
-    /// When `poll_timeout` should wake the caller for this QP's pacer.
-    pub(crate) fn wakeup(&self, cfg: &DcqcnConfig) -> Option<Instant> {
-        if self.blocked {
-            self.rp.as_ref().map(|rp| rp.wakeup(cfg))
-        } else {
-            None
-        }
-    }
-}
-
-impl Qp {
-    /// Paced work is waiting: a request to send (or resend) or a READ response.
-    pub(crate) fn has_paced_work(&self) -> bool {
-        self.sq.len() > self.req.idx || matches!(self.resp.out.front(), Some(RespOut::Read { .. }))
-    }
-
-    /// Writes the next CNP this QP owes (IB part after the IP/UDP headers).
-    pub(crate) fn cnp_tx(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        cfg: &DcqcnConfig,
-        buf: &mut [u8],
-    ) -> Option<TxMeta> {
-        let c = *self.cc.np.pending.front()?;
-        let hl = ip_udp_len(&c.dst);
-        let ext = ExtRepr {
-            cnp: Some(CnpRepr::default()),
-            ..Default::default()
-        };
-        let ib_len = write_ib(buf.get_mut(hl..)?, cnp::bth(c.dest_qp), ext, 0, |_| {
-            Ok::<(), ()>(())
-        })
-        .ok()??;
-        self.cc.np.pending.pop_front();
-        ctx.counters.np_cnp_sent += 1;
-        Some(TxMeta {
-            dst: c.dst,
-            src: c.src,
-            traffic_class: cfg.cnp_dscp << 2,
-            flow_label: c.flow_label,
-            sport: self.sport,
-            ib_len,
-            ecn: Some(ECN_NOT_ECT),
-            paced: false,
-        })
     }
 }
 
@@ -1285,25 +1176,9 @@ mod tests {
     fn notification_point_limits_cnps_per_interval() {
         let c = cfg(); // min_time_between_cnps 4 µs
         let mut np = Np::default();
-        let out = CnpOut {
-            dst: Ipv6Addr::LOCALHOST,
-            src: Ipv6Addr::LOCALHOST,
-            dest_qp: 0x12,
-            flow_label: 0,
-        };
-        assert!(np.on_marked(&c, at(10 * US), out));
-        assert!(!np.on_marked(&c, at(10 * US), out));
-        assert!(!np.on_marked(&c, at(14 * US - 1), out));
-        assert!(np.on_marked(&c, at(14 * US), out));
-        assert_eq!(np.pending.len(), 2);
-        let c0 = DcqcnConfig {
-            min_time_between_cnps: 0,
-            ..c
-        };
-        let mut np = Np::default();
-        for _ in 0..MAX_PENDING_CNPS {
-            assert!(np.on_marked(&c0, at(0), out));
-        }
-        assert!(!np.on_marked(&c0, at(0), out), "bounded");
+        assert!(np.on_marked(&c, at(10 * US)));
+        assert!(!np.on_marked(&c, at(10 * US)));
+        assert!(!np.on_marked(&c, at(14 * US - 1)));
+        assert!(np.on_marked(&c, at(14 * US)));
     }
 }

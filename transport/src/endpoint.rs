@@ -12,12 +12,11 @@ use ferroce_wire::{
 
 use crate::counters::Counters;
 use crate::cq::CqTable;
-use crate::dcqcn::{CnpOut, DcqcnConfig, DcqcnState, ECN_CE};
+use crate::dcqcn::{DcqcnConfig, DcqcnState, ECN_CE};
 use crate::error::{Error, Result};
 use crate::memory::{OwnedMemory, RegionMemory};
 use crate::mr::{Access, MrInfo, MrTable};
-use crate::qp::{Ctx, Qp};
-use crate::responder::Rx;
+use crate::qp::{CnpOut, Ctx, Qp, Rx};
 use crate::srq::SrqTable;
 use crate::time::Instant;
 use crate::tx::{ip_udp_len, TxMeta, MAX_DATAGRAM_LEN};
@@ -154,7 +153,7 @@ impl Endpoint {
         config.validate()?;
         self.dcqcn = config;
         for qp in self.qps.values_mut() {
-            qp.cc.clear();
+            qp.reset_cc();
         }
         Ok(())
     }
@@ -169,8 +168,7 @@ impl Endpoint {
     /// packets it receives make it send CNPs, and CNPs it receives drive its pacer.
     pub fn set_qp_dcqcn(&mut self, qpn: u32, enabled: Option<bool>) -> Result<()> {
         let qp = self.qps.get_mut(&qpn).ok_or(Error::InvalidQp(qpn))?;
-        qp.cc.enabled = enabled;
-        qp.cc.clear();
+        qp.set_cc_enabled(enabled);
         Ok(())
     }
 
@@ -178,17 +176,7 @@ impl Endpoint {
     /// α decay up to `now` applied to a copy); `None` for an unknown QP or one without
     /// congestion control.
     pub fn qp_rate(&self, qpn: u32, now: Instant) -> Option<DcqcnState> {
-        let qp = self.qps.get(&qpn)?;
-        if !qp.cc.is_enabled(&self.dcqcn) {
-            return None;
-        }
-        let mut rp = qp
-            .cc
-            .rp_ref()
-            .cloned()
-            .unwrap_or_else(|| crate::dcqcn::Rp::new(&self.dcqcn));
-        rp.advance(&self.dcqcn, now);
-        Some(rp.state())
+        self.qps.get(&qpn)?.rate(&self.dcqcn, now)
     }
 
     /// The numbers of the QPs that exist, in ascending order.
@@ -411,7 +399,8 @@ impl Endpoint {
     }
 
     /// ibv_post_srq_recv.
-    pub fn post_srq_recv(&mut self, srq: SrqId, wr: &RecvWr) -> Result<()> {
+    /// `now` is taken like every other call that can change transport state.
+    pub fn post_srq_recv(&mut self, _now: Instant, srq: SrqId, wr: &RecvWr) -> Result<()> {
         self.srqs.post(srq, wr)
     }
 
@@ -422,8 +411,14 @@ impl Endpoint {
     }
 
     /// ibv_modify_qp: applies the attributes in `mask`, checking the transition table.
-    pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> Result<()> {
-        self.with_qp(qpn, Instant::ZERO, |qp, ctx, cfg| {
+    pub fn modify_qp(
+        &mut self,
+        now: Instant,
+        qpn: u32,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+    ) -> Result<()> {
+        self.with_qp(qpn, now, |qp, ctx, cfg| {
             qp.modify(ctx, attr, mask, &cfg.local_gids, cfg.port_mtu)
         })?
     }
@@ -458,7 +453,7 @@ impl Endpoint {
     pub fn sq_outstanding(&self, qpn: u32) -> Result<usize> {
         self.qps
             .get(&qpn)
-            .map(|q| q.sq.len())
+            .map(Qp::sq_outstanding)
             .ok_or(Error::InvalidQp(qpn))
     }
 
@@ -489,15 +484,15 @@ impl Endpoint {
     }
 
     /// ibv_post_send. Inline data is copied now; everything else is read when sent.
-    pub fn post_send(&mut self, qpn: u32, wr: &SendWr) -> Result<()> {
-        self.with_qp(qpn, Instant::ZERO, |qp, ctx, cfg| {
+    pub fn post_send(&mut self, now: Instant, qpn: u32, wr: &SendWr) -> Result<()> {
+        self.with_qp(qpn, now, |qp, ctx, cfg| {
             qp.post_send(ctx, wr, &cfg.local_gids, cfg.port_mtu)
         })?
     }
 
     /// ibv_post_recv.
-    pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr) -> Result<()> {
-        self.with_qp(qpn, Instant::ZERO, |qp, ctx, _| qp.post_recv(ctx, wr))?
+    pub fn post_recv(&mut self, now: Instant, qpn: u32, wr: &RecvWr) -> Result<()> {
+        self.with_qp(qpn, now, |qp, ctx, _| qp.post_recv(ctx, wr))?
     }
 
     /// Takes in one RoCE v2 IP datagram (IPv4 or IPv6 header through ICRC). Anything
@@ -594,7 +589,7 @@ impl Endpoint {
             } else {
                 Some(qp.attr.dest_qp_num)
             };
-            if let (true, Some(dest_qp)) = (qp.cc.is_enabled(dcqcn), dest_qp) {
+            if let Some(dest_qp) = dest_qp {
                 let out = CnpOut {
                     dst: src_gid,
                     src: dg.dst_gid(),
@@ -605,7 +600,7 @@ impl Endpoint {
                         qp.attr.av.flow_label
                     },
                 };
-                qp.cc.np.on_marked(dcqcn, now, out);
+                qp.on_ce_marked(dcqcn, now, out);
             }
         }
         let rx = Rx {
@@ -634,7 +629,7 @@ impl Endpoint {
         let cfg = &self.dcqcn;
         let qp = match self.qps.get_mut(&qpn) {
             Some(qp)
-                if qp.cc.is_enabled(cfg)
+                if qp.cc_enabled(cfg)
                     && (qp.qp_type == QpType::Ud || qp.attr.av.dest_gid == src_gid) =>
             {
                 qp
@@ -644,7 +639,7 @@ impl Endpoint {
                 return;
             }
         };
-        qp.cc.rp(cfg).on_cnp(cfg, now);
+        qp.on_cnp(cfg, now);
         self.counters.rp_cnp_handled += 1;
     }
 
@@ -677,14 +672,14 @@ impl Endpoint {
         let start = *rr;
         let mut sent = None;
         for (&qpn, qp) in qps.range_mut(start..) {
-            if let Some(m) = Self::qp_transmit(qp, &mut ctx, config, dcqcn, buf) {
+            if let Some(m) = qp.transmit(&mut ctx, &config.local_gids, dcqcn, buf) {
                 sent = Some((qpn, m));
                 break;
             }
         }
         if sent.is_none() {
             for (&qpn, qp) in qps.range_mut(..start) {
-                if let Some(m) = Self::qp_transmit(qp, &mut ctx, config, dcqcn, buf) {
+                if let Some(m) = qp.transmit(&mut ctx, &config.local_gids, dcqcn, buf) {
                     sent = Some((qpn, m));
                     break;
                 }
@@ -693,47 +688,6 @@ impl Endpoint {
         let (qpn, meta) = sent?;
         *rr = qpn.wrapping_add(1);
         self.finish_datagram(qpn, meta, buf)
-    }
-
-    fn qp_transmit(
-        qp: &mut Qp,
-        ctx: &mut Ctx<'_>,
-        config: &EndpointConfig,
-        dcqcn: &DcqcnConfig,
-        buf: &mut [u8],
-    ) -> Option<TxMeta> {
-        if qp.next_timeout().is_some_and(|t| t <= ctx.now) {
-            qp.on_timeout(ctx);
-        }
-        if !qp.cc.is_enabled(dcqcn) {
-            return qp
-                .responder_tx(ctx, &config.local_gids, buf, true)
-                .or_else(|| qp.requester_tx(ctx, &config.local_gids, buf));
-        }
-        // Congestion control: CNPs first and never paced, then responder packets (READ
-        // responses only when the pacer allows), then requests (only when it allows).
-        let now = ctx.now;
-        if let Some(m) = qp.cnp_tx(ctx, dcqcn, buf) {
-            return Some(m);
-        }
-        let rp = qp.cc.rp(dcqcn);
-        rp.advance(dcqcn, now);
-        let ready = rp.ready(now);
-        let mut sent = qp.responder_tx(ctx, &config.local_gids, buf, ready);
-        if sent.is_none() && ready {
-            sent = qp.requester_tx(ctx, &config.local_gids, buf);
-        }
-        if let Some(m) = &mut sent {
-            m.ecn = Some(dcqcn.ecn);
-            if m.paced {
-                qp.cc
-                    .rp(dcqcn)
-                    .on_sent(dcqcn, now, ip_udp_len(&m.dst) + m.ib_len);
-            }
-        }
-        let ready = qp.cc.rp(dcqcn).ready(now);
-        qp.cc.blocked = !ready && qp.has_paced_work();
-        sent
     }
 
     /// Adds IP and UDP headers and the ICRC to the IB packet a QP wrote.
@@ -792,16 +746,11 @@ impl Endpoint {
     /// or at which a QP held back by its DCQCN pacer may send again (`poll_transmit` has
     /// work then).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.qps
-            .values()
-            .filter_map(|q| match (q.next_timeout(), q.cc.wakeup(&self.dcqcn)) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            })
-            .min()
+        self.qps.values().filter_map(Qp::poll_timeout).min()
     }
 
-    /// Runs every timer that expired at `now`.
+    /// Runs every timer that expired at `now`. This is the only place timers fire:
+    /// `poll_transmit` sends what is ready and nothing else.
     pub fn handle_timeout(&mut self, now: Instant) {
         let Endpoint {
             qps,
@@ -819,9 +768,7 @@ impl Endpoint {
             now,
         };
         for qp in qps.values_mut() {
-            if qp.next_timeout().is_some_and(|t| t <= now) {
-                qp.on_timeout(&mut ctx);
-            }
+            qp.handle_timeout(&mut ctx);
         }
     }
 }

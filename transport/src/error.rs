@@ -28,7 +28,12 @@ pub enum Error {
     /// An access flag combination verbs refuses (remote write/atomic need local write).
     InvalidAccess,
     /// The requested state change is not in the QP state table.
-    InvalidTransition { from: QpState, to: QpState },
+    InvalidTransition {
+        /// The QP's state.
+        from: QpState,
+        /// The state asked for.
+        to: QpState,
+    },
     /// The transition requires these attributes and the mask lacks them.
     MissingAttr(QpAttrMask),
     /// The mask names attributes the transition does not allow.
@@ -38,7 +43,12 @@ pub enum Error {
     /// A congestion control parameter is out of range; the text says which.
     InvalidDcqcn(&'static str),
     /// `CUR_STATE` was given and is not the QP's state.
-    StateMismatch { expected: QpState, actual: QpState },
+    StateMismatch {
+        /// The state the caller gave as current.
+        expected: QpState,
+        /// The QP's actual state.
+        actual: QpState,
+    },
     /// The QP cannot take work requests in this state.
     InvalidState(QpState),
     /// The work queue is full.

@@ -19,7 +19,7 @@
 //! let src = sim.nodes[0].reg_mr_with(a.pd, b"hello".to_vec(), None, Access::empty())?;
 //! let dst = sim.nodes[1].reg_mr(b.pd, 5, Access::LOCAL_WRITE)?;
 //! let sge = |m: &ferroce_transport::MrInfo| Sge { addr: m.addr, length: 5, lkey: m.lkey };
-//! sim.nodes[1].post_recv(b.qpn, &RecvWr { wr_id: 2, sg_list: vec![sge(&dst)] })?;
+//! sim.nodes[1].post_recv(sim.now, b.qpn, &RecvWr { wr_id: 2, sg_list: vec![sge(&dst)] })?;
 //! let wr = SendWr {
 //!     wr_id: 1,
 //!     opcode: WrOpcode::Send,
@@ -27,7 +27,7 @@
 //!     flags: SendFlags::SIGNALED,
 //!     ..Default::default()
 //! };
-//! sim.nodes[0].post_send(a.qpn, &wr)?;
+//! sim.nodes[0].post_send(sim.now, a.qpn, &wr)?;
 //!
 //! // The I/O loop an application runs: datagrams out of one endpoint into the other.
 //! let now = Instant::from_nanos(0);
@@ -49,18 +49,18 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_debug_implementations)]
+#![warn(missing_docs)]
 
-mod completer;
 mod counters;
 mod cq;
 mod dcqcn;
 mod endpoint;
 mod error;
+mod flags;
 mod memory;
 mod mr;
 mod qp;
-mod requester;
-mod responder;
+mod sge;
 mod srq;
 mod time;
 mod tx;

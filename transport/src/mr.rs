@@ -7,16 +7,21 @@
 
 use std::sync::Arc;
 
+use crate::flags::flags;
 pub(crate) use crate::memory::AtomicOp;
 use crate::memory::RegionMemory;
-use crate::verbs::{flags, PdId, Sge};
+use crate::sge::{PdId, Sge};
 
 flags! {
     /// Memory and QP access rights (ibv_access_flags, same bit values).
     Access: u32 {
+        /// The local side may write (receives, READ responses, atomics' results).
         LOCAL_WRITE = 1 << 0;
+        /// Peers may RDMA WRITE.
         REMOTE_WRITE = 1 << 1;
+        /// Peers may RDMA READ.
         REMOTE_READ = 1 << 2;
+        /// Peers may perform atomics.
         REMOTE_ATOMIC = 1 << 3;
     }
 }
@@ -31,7 +36,12 @@ pub enum MrError {
     /// The region belongs to another protection domain.
     PdMismatch,
     /// The range is not inside the region (or wraps around the address space).
-    OutOfBounds { addr: u64, len: u64 },
+    OutOfBounds {
+        /// First byte of the access.
+        addr: u64,
+        /// Its length.
+        len: u64,
+    },
     /// The region does not grant the access.
     AccessDenied(Access),
     /// An atomic target that is not 8-byte aligned.
@@ -58,11 +68,13 @@ impl std::error::Error for MrError {}
 /// What a registered region looks like to the application.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MrInfo {
+    /// The local key (what SGEs name).
     pub lkey: u32,
     /// Equal to `lkey`, as rxe does for ordinary MRs.
     pub rkey: u32,
     /// The iova of the first byte.
     pub addr: u64,
+    /// Length in bytes.
     pub len: u64,
 }
 

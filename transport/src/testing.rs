@@ -597,7 +597,7 @@ pub fn bring_up(sim: &mut Sim, s: Side, peer_gid: Ipv6Addr, peer_qpn: u32, o: &Q
         ..QpAttr::default()
     };
     let m = M::STATE | M::PKEY_INDEX | M::PORT | if ud { M::QKEY } else { M::ACCESS_FLAGS };
-    ep.modify_qp(s.qpn, &attr, m).expect("INIT");
+    ep.modify_qp(sim.now, s.qpn, &attr, m).expect("INIT");
     let attr = QpAttr {
         qp_state: QpState::Rtr,
         path_mtu: o.mtu,
@@ -621,7 +621,7 @@ pub fn bring_up(sim: &mut Sim, s: Side, peer_gid: Ipv6Addr, peer_qpn: u32, o: &Q
                 | M::MIN_RNR_TIMER
         }
     };
-    ep.modify_qp(s.qpn, &attr, m).expect("RTR");
+    ep.modify_qp(sim.now, s.qpn, &attr, m).expect("RTR");
     let attr = QpAttr {
         qp_state: QpState::Rts,
         sq_psn: o.psn[idx],
@@ -636,7 +636,7 @@ pub fn bring_up(sim: &mut Sim, s: Side, peer_gid: Ipv6Addr, peer_qpn: u32, o: &Q
     } else {
         M::STATE | M::SQ_PSN
     };
-    ep.modify_qp(s.qpn, &attr, m).expect("RTS");
+    ep.modify_qp(sim.now, s.qpn, &attr, m).expect("RTS");
 }
 
 /// Two connected QPs (RC or UC; UD QPs are just brought up) on nodes `a` and `b`.

@@ -4,38 +4,9 @@
 
 use core::net::Ipv6Addr;
 
+use crate::flags::flags;
 use crate::mr::Access;
-
-macro_rules! flags {
-    ($(#[$m:meta])* $name:ident: $ty:ty { $($(#[$fm:meta])* $flag:ident = $v:expr;)* }) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-        pub struct $name(pub $ty);
-        impl $name {
-            $($(#[$fm])* pub const $flag: $name = $name($v);)*
-            /// No flag set.
-            pub const fn empty() -> Self { $name(0) }
-            /// True when every flag of `other` is set.
-            pub const fn contains(self, other: Self) -> bool { self.0 & other.0 == other.0 }
-            /// True when any flag of `other` is set.
-            pub const fn intersects(self, other: Self) -> bool { self.0 & other.0 != 0 }
-            /// Union.
-            pub const fn union(self, other: Self) -> Self { $name(self.0 | other.0) }
-            /// Flags of `self` not in `other`.
-            pub const fn difference(self, other: Self) -> Self { $name(self.0 & !other.0) }
-            /// True when no flag is set.
-            pub const fn is_empty(self) -> bool { self.0 == 0 }
-        }
-        impl core::ops::BitOr for $name {
-            type Output = $name;
-            fn bitor(self, o: $name) -> $name { $name(self.0 | o.0) }
-        }
-        impl core::ops::BitOrAssign for $name {
-            fn bitor_assign(&mut self, o: $name) { self.0 |= o.0 }
-        }
-    };
-}
-pub(crate) use flags;
+pub use crate::sge::{PdId, Sge};
 
 /// Transport service of a QP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -51,7 +22,9 @@ pub enum QpType {
 /// QP states of the IB spec (ibv_qp_state).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum QpState {
+    /// Created: no transport state, nothing can be posted.
     Reset,
+    /// Initialized: receives may be posted; nothing is sent or received yet.
     Init,
     /// Ready to receive.
     Rtr,
@@ -61,17 +34,23 @@ pub enum QpState {
     Sqd,
     /// Send queue error (UC/UD only): sends are flushed, receives go on.
     Sqe,
+    /// Error: every WQE completes flushed; nothing is sent or received.
     Err,
 }
 
 /// Path MTU (ibv_mtu): the largest IB payload of one packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub enum Mtu {
+    /// 256 bytes.
     Mtu256 = 1,
+    /// 512 bytes.
     Mtu512 = 2,
     #[default]
+    /// 1024 bytes.
     Mtu1024 = 3,
+    /// 2048 bytes.
     Mtu2048 = 4,
+    /// 4096 bytes.
     Mtu4096 = 5,
 }
 
@@ -137,29 +116,47 @@ impl AddressVector {
 flags! {
     /// Which fields of [`QpAttr`] a modify applies (ibv_qp_attr_mask, same bit values).
     QpAttrMask: u32 {
+        /// `qp_state`: the state to move to.
         STATE = 1 << 0;
+        /// `cur_qp_state`: the state the caller believes current.
         CUR_STATE = 1 << 1;
+        /// `en_sqd_async_notify`.
         EN_SQD_ASYNC_NOTIFY = 1 << 2;
+        /// `qp_access_flags`.
         ACCESS_FLAGS = 1 << 3;
+        /// `pkey_index`.
         PKEY_INDEX = 1 << 4;
+        /// `port_num`.
         PORT = 1 << 5;
+        /// `qkey`.
         QKEY = 1 << 6;
+        /// `av`: the path to the remote QP.
         AV = 1 << 7;
+        /// `path_mtu`.
         PATH_MTU = 1 << 8;
+        /// `timeout`: the local ACK timeout.
         TIMEOUT = 1 << 9;
+        /// `retry_cnt`.
         RETRY_CNT = 1 << 10;
+        /// `rnr_retry`.
         RNR_RETRY = 1 << 11;
+        /// `rq_psn`: the first PSN the responder expects.
         RQ_PSN = 1 << 12;
+        /// `max_rd_atomic`.
         MAX_QP_RD_ATOMIC = 1 << 13;
         /// Alternate path (automatic path migration): not supported.
         ALT_PATH = 1 << 14;
+        /// `min_rnr_timer`.
         MIN_RNR_TIMER = 1 << 15;
+        /// `sq_psn`: the first PSN the requester sends.
         SQ_PSN = 1 << 16;
+        /// `max_dest_rd_atomic`.
         MAX_DEST_RD_ATOMIC = 1 << 17;
         /// Path migration state: not supported.
         PATH_MIG_STATE = 1 << 18;
         /// Resizing queues: not supported.
         CAP = 1 << 19;
+        /// `dest_qp_num`.
         DEST_QPN = 1 << 20;
     }
 }
@@ -167,10 +164,15 @@ flags! {
 /// Queue sizes of a QP (ibv_qp_cap).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct QpCap {
+    /// Most send WRs outstanding at once.
     pub max_send_wr: u32,
+    /// Most receive WRs posted at once.
     pub max_recv_wr: u32,
+    /// Most SGEs in one send WR.
     pub max_send_sge: u32,
+    /// Most SGEs in one receive WR.
     pub max_recv_sge: u32,
+    /// Most bytes of one inline send.
     pub max_inline_data: u32,
 }
 
@@ -189,15 +191,19 @@ impl Default for QpCap {
 /// QP attributes (ibv_qp_attr); a modify reads only the fields its mask names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpAttr {
+    /// The state to move to (with `STATE` in the mask).
     pub qp_state: QpState,
     /// Checked against the current state when `CUR_STATE` is in the mask.
     pub cur_qp_state: QpState,
+    /// Path MTU of RC/UC (UD uses the port MTU).
     pub path_mtu: Mtu,
+    /// Q_Key of a UD QP: incoming UD sends must carry it.
     pub qkey: u32,
     /// First PSN the responder expects (24 bits; higher bits are ignored).
     pub rq_psn: u32,
     /// First PSN the requester sends (24 bits; higher bits are ignored).
     pub sq_psn: u32,
+    /// QP number of the remote QP (RC/UC).
     pub dest_qp_num: u32,
     /// Remote operations the responder allows (REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC).
     pub qp_access_flags: Access,
@@ -205,6 +211,7 @@ pub struct QpAttr {
     pub pkey_index: u16,
     /// Only port 1 exists.
     pub port_num: u8,
+    /// The path to the remote QP (RC/UC).
     pub av: AddressVector,
     /// Local ACK timeout: 4.096 µs × 2^timeout; 0 waits forever.
     pub timeout: u8,
@@ -218,6 +225,7 @@ pub struct QpAttr {
     pub max_rd_atomic: u8,
     /// RDMA READs and atomics this responder accepts at once.
     pub max_dest_rd_atomic: u8,
+    /// Accepted and stored; no asynchronous event is generated.
     pub en_sqd_async_notify: bool,
     /// Reported by `query_qp`; modifying it is not supported.
     pub cap: QpCap,
@@ -253,16 +261,16 @@ impl Default for QpAttr {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CqId(pub u32);
 
-/// Protection domain handle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PdId(pub u32);
-
 /// What `create_qp` needs (ibv_qp_init_attr).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpInitAttr {
+    /// Transport service.
     pub qp_type: QpType,
+    /// Completion queue of send WRs.
     pub send_cq: CqId,
+    /// Completion queue of receive WRs.
     pub recv_cq: CqId,
+    /// Queue sizes.
     pub cap: QpCap,
     /// Every send WR completes with a work completion, signaled or not.
     pub sq_sig_all: bool,
@@ -285,24 +293,21 @@ pub struct SrqAttr {
     pub srq_limit: u32,
 }
 
-/// A scatter/gather element: `length` bytes at `addr` in the region of `lkey`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Sge {
-    pub addr: u64,
-    pub length: u32,
-    pub lkey: u32,
-}
-
 /// Send work request opcodes (ibv_wr_opcode).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum WrOpcode {
     #[default]
+    /// SEND.
     Send,
+    /// SEND with immediate data.
     SendWithImm,
     /// SEND that invalidates `invalidate_rkey` at the responder.
     SendWithInv,
+    /// RDMA WRITE.
     RdmaWrite,
+    /// RDMA WRITE with immediate data (consumes a receive WQE remotely).
     RdmaWriteWithImm,
+    /// RDMA READ.
     RdmaRead,
     /// 64-bit compare-and-swap at `remote_addr`: swap in `swap` if it equals `compare_add`.
     AtomicCmpSwp,
@@ -341,7 +346,9 @@ flags! {
 /// Destination of a UD send (the ibv_ah plus remote QPN and Q_Key of ibv_send_wr.wr.ud).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct UdDest {
+    /// Path to the destination.
     pub av: AddressVector,
+    /// Destination QP number.
     pub dest_qpn: u32,
     /// Q_Key to send; one with the high bit set means "use the QP's own Q_Key".
     pub qkey: u32,
@@ -361,9 +368,13 @@ impl UdDest {
 /// A send work request (ibv_send_wr).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SendWr {
+    /// Caller's identifier, returned in the work completion.
     pub wr_id: u64,
+    /// What the WR does.
     pub opcode: WrOpcode,
+    /// Local memory to send from (READ/atomics: to place results in).
     pub sg_list: Vec<Sge>,
+    /// Signaled, fenced, inline, solicited.
     pub flags: SendFlags,
     /// Immediate data for *_WITH_IMM, in the byte order it goes on the wire.
     pub imm_data: u32,
@@ -371,6 +382,7 @@ pub struct SendWr {
     pub invalidate_rkey: u32,
     /// Remote address for RDMA and atomics.
     pub remote_addr: u64,
+    /// R_Key of the remote memory for RDMA and atomics.
     pub rkey: u32,
     /// Compare value (CmpSwp) or addend (FetchAdd).
     pub compare_add: u64,
@@ -383,46 +395,77 @@ pub struct SendWr {
 /// A receive work request (ibv_recv_wr).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RecvWr {
+    /// Caller's identifier, returned in the work completion.
     pub wr_id: u64,
+    /// Local memory to place the incoming message in.
     pub sg_list: Vec<Sge>,
 }
 
 /// Work completion status (ibv_wc_status, same numeric values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WcStatus {
+    /// Completed successfully.
     Success = 0,
+    /// Local length error: the message did not fit.
     LocLenErr = 1,
+    /// Local QP operation error.
     LocQpOpErr = 2,
+    /// Local EE context operation error (unused).
     LocEecOpErr = 3,
+    /// Local protection error: a bad lkey or range.
     LocProtErr = 4,
+    /// Flushed: the QP entered ERR first.
     WrFlushErr = 5,
+    /// Memory window bind error (unused).
     MwBindErr = 6,
+    /// Bad response: unexpected opcode or length.
     BadRespErr = 7,
+    /// Local access error.
     LocAccessErr = 8,
+    /// Remote invalid request error.
     RemInvReqErr = 9,
+    /// Remote access error: a bad R_Key, range or right.
     RemAccessErr = 10,
+    /// Remote operational error.
     RemOpErr = 11,
+    /// Transport retries exhausted.
     RetryExcErr = 12,
+    /// RNR retries exhausted.
     RnrRetryExcErr = 13,
+    /// Local RDD violation (unused).
     LocRddViolErr = 14,
+    /// Remote invalid RD request.
     RemInvRdReqErr = 15,
+    /// Remote aborted (unused).
     RemAbortErr = 16,
+    /// Invalid EE context number (unused).
     InvEecnErr = 17,
+    /// Invalid EE context state (unused).
     InvEecStateErr = 18,
+    /// Fatal error.
     FatalErr = 19,
+    /// Response timeout.
     RespTimeoutErr = 20,
+    /// Other error.
     GeneralErr = 21,
 }
 
 /// Work completion opcode (ibv_wc_opcode, same numeric values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WcOpcode {
+    /// A send WR (SEND variants).
     Send = 0,
+    /// An RDMA WRITE.
     RdmaWrite = 1,
+    /// An RDMA READ.
     RdmaRead = 2,
+    /// A compare-and-swap.
     CompSwap = 3,
+    /// A fetch-and-add.
     FetchAdd = 4,
+    /// A received SEND.
     Recv = 128,
+    /// A received RDMA WRITE with immediate data.
     RecvRdmaWithImm = 129,
 }
 
@@ -443,7 +486,9 @@ flags! {
     WcFlags: u32 {
         /// The first 40 bytes of a UD receive buffer hold the GRH (or IPv4 header).
         GRH = 1 << 0;
+        /// `imm_data` is valid.
         WITH_IMM = 1 << 1;
+        /// `invalidated_rkey` is valid.
         WITH_INV = 1 << 3;
     }
 }
@@ -451,8 +496,11 @@ flags! {
 /// A work completion (ibv_wc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkCompletion {
+    /// The `wr_id` of the work request.
     pub wr_id: u64,
+    /// How it ended.
     pub status: WcStatus,
+    /// What kind of work request it was.
     pub opcode: WcOpcode,
     /// Bytes transferred (receives: bytes placed, including the 40-byte GRH area on UD).
     pub byte_len: u32,
@@ -466,6 +514,7 @@ pub struct WorkCompletion {
     pub src_gid: Option<Ipv6Addr>,
     /// The local QP the work request was posted to.
     pub qp_num: u32,
+    /// Which optional fields are valid (IMM, INV, GRH).
     pub wc_flags: WcFlags,
 }
 

@@ -39,6 +39,7 @@ fn rc_pair_tc(sim: &mut Sim, tc: u8) -> (Side, Side) {
             ..QpAttr::default()
         };
         ep.modify_qp(
+            sim.now,
             s.qpn,
             &init,
             M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
@@ -60,6 +61,7 @@ fn rc_pair_tc(sim: &mut Sim, tc: u8) -> (Side, Side) {
         };
         let ep = &mut sim.nodes[s.node];
         ep.modify_qp(
+            sim.now,
             s.qpn,
             &rtr,
             M::STATE
@@ -81,6 +83,7 @@ fn rc_pair_tc(sim: &mut Sim, tc: u8) -> (Side, Side) {
             ..QpAttr::default()
         };
         ep.modify_qp(
+            sim.now,
             s.qpn,
             &rts,
             M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
@@ -117,7 +120,7 @@ fn write_and_capture(sim: &mut Sim, a: Side, b: Side, len: usize) -> Vec<(usize,
     let mut wr = send_wr(1, WrOpcode::RdmaWrite, vec![sge(&src, 0, len as u32)]);
     wr.remote_addr = dst.addr;
     wr.rkey = dst.rkey;
-    sim.nodes[a.node].post_send(a.qpn, &wr).unwrap();
+    sim.nodes[a.node].post_send(sim.now, a.qpn, &wr).unwrap();
     assert_ok(&wait_wcs(sim, a, 1));
     sim.clear_tap();
     assert_eq!(
@@ -156,7 +159,7 @@ fn ect1_is_configurable_and_transmit_reports_the_ecn_bits() {
     let src = mr(&mut sim, a, pattern(2, 64));
     let mut wr = send_wr(1, WrOpcode::RdmaWrite, vec![sge(&src, 0, 64)]);
     wr.remote_addr = 0;
-    sim.nodes[0].post_send(a.qpn, &wr).unwrap();
+    sim.nodes[0].post_send(sim.now, a.qpn, &wr).unwrap();
     let mut buf = vec![0; MAX_DATAGRAM_LEN];
     let t = sim.nodes[0].poll_transmit(at(0), &mut buf).unwrap();
     assert_eq!(t.ecn, ECN_ECT1);
@@ -258,7 +261,7 @@ fn ce_marked_requests_make_one_cnp_per_interval_to_the_sender_qp() {
         let mut wr = send_wr(1, WrOpcode::RdmaWrite, vec![sge(&src, 0, 8 * 1024)]);
         wr.remote_addr = dst.addr;
         wr.rkey = dst.rkey;
-        sim.nodes[0].post_send(a.qpn, &wr).unwrap();
+        sim.nodes[0].post_send(sim.now, a.qpn, &wr).unwrap();
         // Node 0 has no congestion control: all eight packets at once.
         let (_, mut reqs) = drain(&mut sim.nodes[0], at(0));
         assert_eq!(reqs.len(), 8);
@@ -316,7 +319,7 @@ fn zero_interval_sends_a_cnp_for_every_marked_packet() {
     let mut wr = send_wr(1, WrOpcode::RdmaWrite, vec![sge(&src, 0, 4096)]);
     wr.remote_addr = dst.addr;
     wr.rkey = dst.rkey;
-    sim.nodes[0].post_send(a.qpn, &wr).unwrap();
+    sim.nodes[0].post_send(sim.now, a.qpn, &wr).unwrap();
     let (_, mut reqs) = drain(&mut sim.nodes[0], at(0));
     for p in &mut reqs {
         set_ce(p);
@@ -337,7 +340,7 @@ fn marked_responses_make_the_requester_send_a_cnp_to_the_responder_qp() {
     let mut wr = send_wr(1, WrOpcode::RdmaRead, vec![sge(&dst, 0, 2048)]);
     wr.remote_addr = src.addr;
     wr.rkey = src.rkey;
-    sim.nodes[0].post_send(a.qpn, &wr).unwrap();
+    sim.nodes[0].post_send(sim.now, a.qpn, &wr).unwrap();
     let (_, reqs) = drain(&mut sim.nodes[0], at(0));
     assert_eq!(reqs.len(), 1);
     sim.nodes[1].handle_packet(at(US), &reqs[0]);
@@ -385,7 +388,7 @@ fn ud_cnp_goes_to_the_deth_source_qp_and_address() {
         let m = mr(&mut sim, s, pattern(6, 100));
         let mut wr = send_wr(1, WrOpcode::Send, vec![sge(&m, 0, 100)]);
         wr.ud = Some(UdDest::new(gb, b.qpn, o.qkey));
-        sim.nodes[s.node].post_send(s.qpn, &wr).unwrap();
+        sim.nodes[s.node].post_send(sim.now, s.qpn, &wr).unwrap();
         let (_, mut p) = drain(&mut sim.nodes[s.node], at(0));
         set_ce(&mut p[0]);
         marked.push(p.remove(0));
@@ -410,7 +413,7 @@ fn without_cc_marked_packets_are_counted_and_answered_by_no_cnp() {
     let mut wr = send_wr(1, WrOpcode::RdmaWrite, vec![sge(&src, 0, 3000)]);
     wr.remote_addr = dst.addr;
     wr.rkey = dst.rkey;
-    sim.nodes[0].post_send(a.qpn, &wr).unwrap();
+    sim.nodes[0].post_send(sim.now, a.qpn, &wr).unwrap();
     let (_, mut reqs) = drain(&mut sim.nodes[0], at(0));
     for (k, p) in reqs.iter_mut().enumerate() {
         set_ce(p);
@@ -532,7 +535,7 @@ fn the_pacer_spaces_requests_and_poll_timeout_names_the_send_time() {
     let mut wr = send_wr(1, WrOpcode::RdmaWrite, vec![sge(&src, 0, len as u32)]);
     wr.remote_addr = dst.addr;
     wr.rkey = dst.rkey;
-    sim.nodes[0].post_send(a.qpn, &wr).unwrap();
+    sim.nodes[0].post_send(sim.now, a.qpn, &wr).unwrap();
     // One packet at 0; nothing more before its time, which poll_timeout names.
     let mut buf = vec![0; MAX_DATAGRAM_LEN];
     let first = sim.nodes[0].poll_transmit(at(0), &mut buf).unwrap();
@@ -579,14 +582,14 @@ fn read_responses_are_paced_acks_are_not() {
     let mut wr = send_wr(1, WrOpcode::RdmaRead, vec![sge(&dst, 0, len as u32)]);
     wr.remote_addr = src.addr;
     wr.rkey = src.rkey;
-    sim.nodes[0].post_send(a.qpn, &wr).unwrap();
+    sim.nodes[0].post_send(sim.now, a.qpn, &wr).unwrap();
     // Also a WRITE from node 0: node 1 ACKs it while its READ responses are paced.
     let wsrc = mr(&mut sim, a, pattern(10, 1000));
     let wdst = mr(&mut sim, b, vec![0; 1000]);
     let mut w = send_wr(2, WrOpcode::RdmaWrite, vec![sge(&wsrc, 0, 1000)]);
     w.remote_addr = wdst.addr;
     w.rkey = wdst.rkey;
-    sim.nodes[0].post_send(a.qpn, &w).unwrap();
+    sim.nodes[0].post_send(sim.now, a.qpn, &w).unwrap();
     let mut buf = vec![0; MAX_DATAGRAM_LEN];
     let mut resp_times = Vec::new();
     let mut now = 0;
@@ -644,7 +647,7 @@ fn a_paced_transfer_takes_the_time_its_rate_allows() {
         let mut wr = send_wr(1, WrOpcode::RdmaWrite, vec![sge(&src, 0, len as u32)]);
         wr.remote_addr = dst.addr;
         wr.rkey = dst.rkey;
-        sim.nodes[0].post_send(a.qpn, &wr).unwrap();
+        sim.nodes[0].post_send(sim.now, a.qpn, &wr).unwrap();
         assert_ok(&wait_wcs(&mut sim, a, 1));
         let took = sim.now.as_nanos();
         // 256 packets of 4096 bytes plus IPv4, UDP, BTH and ICRC (and a RETH on the

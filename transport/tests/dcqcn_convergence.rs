@@ -134,7 +134,7 @@ fn run(sc: &Scenario) -> Outcome {
                     rkey: rkeys[i],
                     ..Default::default()
                 };
-                sim.nodes[i].post_send(a.qpn, &wr).unwrap();
+                sim.nodes[i].post_send(sim.now, a.qpn, &wr).unwrap();
                 posted[i] += 1;
             }
         }

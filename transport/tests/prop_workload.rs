@@ -163,7 +163,7 @@ fn run(c: &Case) -> Result<(), TestCaseError> {
                 };
                 let mut wr = send_wr(wr_id, opc, vec![sge(&src, 0, len)]);
                 wr.imm_data = wr_id as u32;
-                sim.nodes[0].post_send(a.qpn, &wr).unwrap();
+                sim.nodes[0].post_send(sim.now, a.qpn, &wr).unwrap();
                 p.sends.push((wr_id, WcOpcode::Send, len));
                 let imm = (op.kind == Kind::SendImm).then_some(wr_id as u32);
                 p.recvs.push((1000 + wr_id, WcOpcode::Recv, len, imm));
@@ -190,7 +190,7 @@ fn run(c: &Case) -> Result<(), TestCaseError> {
                         Some(!(wr_id as u32)),
                     ));
                 }
-                sim.nodes[0].post_send(a.qpn, &wr).unwrap();
+                sim.nodes[0].post_send(sim.now, a.qpn, &wr).unwrap();
                 p.sends.push((wr_id, WcOpcode::RdmaWrite, len));
                 let mut expect = vec![0u8; 8];
                 expect.extend_from_slice(&data);
@@ -202,7 +202,7 @@ fn run(c: &Case) -> Result<(), TestCaseError> {
                 let mut wr = send_wr(wr_id, WrOpcode::RdmaRead, vec![sge(&dst, 0, len)]);
                 wr.remote_addr = src.addr;
                 wr.rkey = src.rkey;
-                sim.nodes[0].post_send(a.qpn, &wr).unwrap();
+                sim.nodes[0].post_send(sim.now, a.qpn, &wr).unwrap();
                 p.sends.push((wr_id, WcOpcode::RdmaRead, len));
                 p.checks_a.push((dst.lkey, 0, data));
             }
@@ -243,7 +243,7 @@ fn run(c: &Case) -> Result<(), TestCaseError> {
                     wr.compare_add = if op.arg % 2 == 0 { cur } else { cur ^ 1 };
                     wr.swap = cur + 100;
                 }
-                sim.nodes[0].post_send(a.qpn, &wr).unwrap();
+                sim.nodes[0].post_send(sim.now, a.qpn, &wr).unwrap();
                 atomic_word[op.qp] = next;
                 p.sends.push((wr_id, wc_op, 8));
                 p.checks_a.push((res.lkey, 0, cur.to_le_bytes().to_vec()));

@@ -2,8 +2,8 @@
 
 use ferroce_transport::testing::{create, QpOpts, Sim};
 use ferroce_transport::{
-    Access, AddressVector, Endpoint, EndpointConfig, Error, Mtu, QpAttr, QpAttrMask as M, QpCap,
-    QpInitAttr, QpState, QpType, RecvWr, SendWr, Sge, WrOpcode,
+    Access, AddressVector, Endpoint, EndpointConfig, Error, Instant, Mtu, QpAttr, QpAttrMask as M,
+    QpCap, QpInitAttr, QpState, QpType, RecvWr, SendWr, Sge, WrOpcode,
 };
 
 fn init_attr() -> QpAttr {
@@ -27,7 +27,7 @@ fn transitions_follow_the_table() {
         ..QpAttr::default()
     };
     assert_eq!(
-        ep.modify_qp(q, &rtr, M::STATE),
+        ep.modify_qp(sim.now, q, &rtr, M::STATE),
         Err(Error::InvalidTransition {
             from: QpState::Reset,
             to: QpState::Rtr
@@ -35,12 +35,13 @@ fn transitions_follow_the_table() {
     );
     // RESET -> INIT needs PKEY_INDEX, PORT and ACCESS_FLAGS on RC.
     assert_eq!(
-        ep.modify_qp(q, &init_attr(), M::STATE | M::PKEY_INDEX | M::PORT),
+        ep.modify_qp(sim.now, q, &init_attr(), M::STATE | M::PKEY_INDEX | M::PORT),
         Err(Error::MissingAttr(M::ACCESS_FLAGS))
     );
     // QKEY is a UD attribute.
     assert_eq!(
         ep.modify_qp(
+            sim.now,
             q,
             &init_attr(),
             M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS | M::QKEY
@@ -53,6 +54,7 @@ fn transitions_follow_the_table() {
     };
     assert_eq!(
         ep.modify_qp(
+            sim.now,
             q,
             &bad_port,
             M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS
@@ -60,6 +62,7 @@ fn transitions_follow_the_table() {
         Err(Error::InvalidAttr("port_num"))
     );
     ep.modify_qp(
+        sim.now,
         q,
         &init_attr(),
         M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
@@ -68,10 +71,10 @@ fn transitions_follow_the_table() {
     assert_eq!(ep.qp_state(q).unwrap(), QpState::Init);
     // Posting a send before RTS is refused; a receive is fine.
     assert_eq!(
-        ep.post_send(q, &SendWr::default()),
+        ep.post_send(sim.now, q, &SendWr::default()),
         Err(Error::InvalidState(QpState::Init))
     );
-    ep.post_recv(q, &RecvWr::default()).unwrap();
+    ep.post_recv(sim.now, q, &RecvWr::default()).unwrap();
     // INIT -> RTR on RC needs the AV, MTU, QPN, PSN and responder resources.
     let rtr = QpAttr {
         qp_state: QpState::Rtr,
@@ -83,7 +86,7 @@ fn transitions_follow_the_table() {
     let ep = &mut sim.nodes[0];
     let need = M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC;
     assert_eq!(
-        ep.modify_qp(q, &rtr, M::STATE | need),
+        ep.modify_qp(sim.now, q, &rtr, M::STATE | need),
         Err(Error::MissingAttr(M::MIN_RNR_TIMER))
     );
     let bad = QpAttr {
@@ -91,7 +94,7 @@ fn transitions_follow_the_table() {
         ..rtr
     };
     assert_eq!(
-        ep.modify_qp(q, &bad, M::STATE | need | M::MIN_RNR_TIMER),
+        ep.modify_qp(sim.now, q, &bad, M::STATE | need | M::MIN_RNR_TIMER),
         Err(Error::InvalidAttr("max_dest_rd_atomic"))
     );
     let bad = QpAttr {
@@ -102,14 +105,19 @@ fn transitions_follow_the_table() {
         ..rtr
     };
     assert_eq!(
-        ep.modify_qp(q, &bad, M::STATE | need | M::MIN_RNR_TIMER),
+        ep.modify_qp(sim.now, q, &bad, M::STATE | need | M::MIN_RNR_TIMER),
         Err(Error::InvalidAttr("sgid_index"))
     );
     assert_eq!(
-        ep.modify_qp(q, &rtr, M::STATE | need | M::MIN_RNR_TIMER | M::ALT_PATH),
+        ep.modify_qp(
+            sim.now,
+            q,
+            &rtr,
+            M::STATE | need | M::MIN_RNR_TIMER | M::ALT_PATH
+        ),
         Err(Error::Unsupported("automatic path migration"))
     );
-    ep.modify_qp(q, &rtr, M::STATE | need | M::MIN_RNR_TIMER)
+    ep.modify_qp(sim.now, q, &rtr, M::STATE | need | M::MIN_RNR_TIMER)
         .unwrap();
     // CUR_STATE must match.
     let rts = QpAttr {
@@ -120,14 +128,14 @@ fn transitions_follow_the_table() {
     };
     let need = M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
     assert_eq!(
-        ep.modify_qp(q, &rts, M::STATE | M::CUR_STATE | need),
+        ep.modify_qp(sim.now, q, &rts, M::STATE | M::CUR_STATE | need),
         Err(Error::StateMismatch {
             expected: QpState::Init,
             actual: QpState::Rtr
         })
     );
     assert_eq!(
-        ep.modify_qp(q, &rts, M::STATE | need),
+        ep.modify_qp(sim.now, q, &rts, M::STATE | need),
         Err(Error::InvalidAttr("retry_cnt"))
     );
     let rts = QpAttr {
@@ -135,13 +143,14 @@ fn transitions_follow_the_table() {
         sq_psn: 0x1ff_ffff,
         ..rts
     };
-    ep.modify_qp(q, &rts, M::STATE | need).unwrap();
+    ep.modify_qp(sim.now, q, &rts, M::STATE | need).unwrap();
     let (attr, init) = ep.query_qp(q).unwrap();
     assert_eq!(attr.qp_state, QpState::Rts);
     assert_eq!(attr.sq_psn, 0xff_ffff, "PSNs keep 24 bits");
     assert_eq!(init.qp_type, QpType::Rc);
     // RTS -> SQD -> RTS, RTS -> RTR is not allowed, any -> ERR and ERR -> RESET are.
     ep.modify_qp(
+        sim.now,
         q,
         &QpAttr {
             qp_state: QpState::Sqd,
@@ -151,6 +160,7 @@ fn transitions_follow_the_table() {
     )
     .unwrap();
     ep.modify_qp(
+        sim.now,
         q,
         &QpAttr {
             qp_state: QpState::Rts,
@@ -161,6 +171,7 @@ fn transitions_follow_the_table() {
     .unwrap();
     assert!(ep
         .modify_qp(
+            sim.now,
             q,
             &QpAttr {
                 qp_state: QpState::Rtr,
@@ -170,6 +181,7 @@ fn transitions_follow_the_table() {
         )
         .is_err());
     ep.modify_qp(
+        sim.now,
         q,
         &QpAttr {
             qp_state: QpState::Err,
@@ -182,6 +194,7 @@ fn transitions_follow_the_table() {
     ep.poll_cq(s.cq, &mut wcs, 10);
     assert_eq!(wcs.len(), 1, "the posted receive is flushed");
     ep.modify_qp(
+        sim.now,
         q,
         &QpAttr {
             qp_state: QpState::Reset,
@@ -191,7 +204,7 @@ fn transitions_follow_the_table() {
     )
     .unwrap();
     assert_eq!(ep.qp_state(q).unwrap(), QpState::Reset);
-    assert!(ep.post_recv(q, &RecvWr::default()).is_err());
+    assert!(ep.post_recv(sim.now, q, &RecvWr::default()).is_err());
 }
 
 fn sim_gid() -> std::net::Ipv6Addr {
@@ -234,6 +247,7 @@ fn verbs_argument_checks() {
     assert_eq!(ep.destroy_cq(cq), Err(Error::CqInUse));
     let m = M::STATE | M::PKEY_INDEX | M::PORT | M::QKEY;
     ep.modify_qp(
+        Instant::ZERO,
         q,
         &QpAttr {
             qp_state: QpState::Init,
@@ -243,6 +257,7 @@ fn verbs_argument_checks() {
     )
     .unwrap();
     ep.modify_qp(
+        Instant::ZERO,
         q,
         &QpAttr {
             qp_state: QpState::Rtr,
@@ -252,6 +267,7 @@ fn verbs_argument_checks() {
     )
     .unwrap();
     ep.modify_qp(
+        Instant::ZERO,
         q,
         &QpAttr {
             qp_state: QpState::Rts,
@@ -272,15 +288,18 @@ fn verbs_argument_checks() {
         ud: Some(ferroce_transport::UdDest::new(sim_gid(), 0x20, 1)),
         ..Default::default()
     };
-    assert_eq!(ep.post_send(q, &wr), Err(Error::TooManySge));
+    assert_eq!(ep.post_send(Instant::ZERO, q, &wr), Err(Error::TooManySge));
     let one = SendWr {
         sg_list: vec![sge],
         ..wr
     };
-    ep.post_send(q, &one).unwrap();
-    ep.post_send(q, &one).unwrap();
-    assert_eq!(ep.post_send(q, &one), Err(Error::QueueFull));
-    assert_eq!(ep.post_send(0x999, &one), Err(Error::InvalidQp(0x999)));
+    ep.post_send(Instant::ZERO, q, &one).unwrap();
+    ep.post_send(Instant::ZERO, q, &one).unwrap();
+    assert_eq!(ep.post_send(Instant::ZERO, q, &one), Err(Error::QueueFull));
+    assert_eq!(
+        ep.post_send(Instant::ZERO, 0x999, &one),
+        Err(Error::InvalidQp(0x999))
+    );
     ep.destroy_qp(q).unwrap();
     ep.destroy_cq(cq).unwrap();
     ep.dereg_mr(mr.lkey).unwrap();

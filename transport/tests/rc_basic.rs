@@ -20,7 +20,7 @@ fn rc_send_multi_packet_with_imm() {
     post_recv(&mut sim, b, 99, vec![sge(&dst, 0, 2048)]);
     let mut wr = send_wr(1, WrOpcode::SendWithImm, vec![sge(&src, 0, 1000)]);
     wr.imm_data = 0xdead_beef;
-    sim.nodes[0].post_send(a.qpn, &wr).unwrap();
+    sim.nodes[0].post_send(sim.now, a.qpn, &wr).unwrap();
     let wa = wait_wcs(&mut sim, a, 1);
     let wb = wait_wcs(&mut sim, b, 1);
     assert_ok(&wa);
@@ -48,25 +48,25 @@ fn rc_write_read_and_atomics() {
     let mut w = send_wr(1, WrOpcode::RdmaWrite, vec![sge(&la, 0, 5000)]);
     w.remote_addr = rb.addr + 100;
     w.rkey = rb.rkey;
-    sim.nodes[0].post_send(a.qpn, &w).unwrap();
+    sim.nodes[0].post_send(sim.now, a.qpn, &w).unwrap();
     let back = mr(&mut sim, a, vec![0; 5000]);
     let mut r = send_wr(2, WrOpcode::RdmaRead, vec![sge(&back, 0, 5000)]);
     r.remote_addr = rb.addr + 100;
     r.rkey = rb.rkey;
-    sim.nodes[0].post_send(a.qpn, &r).unwrap();
+    sim.nodes[0].post_send(sim.now, a.qpn, &r).unwrap();
     // Fetch-add and compare-swap on an 8-byte word.
     let res = mr(&mut sim, a, vec![0; 16]);
     let mut fa = send_wr(3, WrOpcode::AtomicFetchAdd, vec![sge(&res, 0, 8)]);
     fa.remote_addr = rb.addr + 8000;
     fa.rkey = rb.rkey;
     fa.compare_add = 5;
-    sim.nodes[0].post_send(a.qpn, &fa).unwrap();
+    sim.nodes[0].post_send(sim.now, a.qpn, &fa).unwrap();
     let mut cs = send_wr(4, WrOpcode::AtomicCmpSwp, vec![sge(&res, 8, 8)]);
     cs.remote_addr = rb.addr + 8000;
     cs.rkey = rb.rkey;
     cs.compare_add = 5;
     cs.swap = 77;
-    sim.nodes[0].post_send(a.qpn, &cs).unwrap();
+    sim.nodes[0].post_send(sim.now, a.qpn, &cs).unwrap();
     let wcs = wait_wcs(&mut sim, a, 4);
     assert_ok(&wcs);
     let ids: Vec<u64> = wcs.iter().map(|w| w.wr_id).collect();

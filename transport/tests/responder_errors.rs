@@ -19,7 +19,11 @@ fn send_longer_than_the_receive_buffer() {
     post_recv(&mut sim, b, 8, vec![sge(&dst, 0, 100)]);
     post_recv(&mut sim, b, 9, vec![sge(&dst, 0, 100)]);
     sim.nodes[0]
-        .post_send(a.qpn, &send_wr(1, WrOpcode::Send, vec![sge(&src, 0, 1000)]))
+        .post_send(
+            sim.now,
+            a.qpn,
+            &send_wr(1, WrOpcode::Send, vec![sge(&src, 0, 1000)]),
+        )
         .unwrap();
     let wa = wait_wcs(&mut sim, a, 1);
     assert_eq!(wa[0].status, WcStatus::RemInvReqErr);
@@ -39,7 +43,11 @@ fn receive_wqe_with_a_bad_lkey_is_a_remote_operational_error() {
     bad.lkey ^= 0x77;
     post_recv(&mut sim, b, 8, vec![bad]);
     sim.nodes[0]
-        .post_send(a.qpn, &send_wr(1, WrOpcode::Send, vec![sge(&src, 0, 64)]))
+        .post_send(
+            sim.now,
+            a.qpn,
+            &send_wr(1, WrOpcode::Send, vec![sge(&src, 0, 64)]),
+        )
         .unwrap();
     assert_eq!(wait_wcs(&mut sim, a, 1)[0].status, WcStatus::RemOpErr);
     assert_eq!(wait_wcs(&mut sim, b, 1)[0].status, WcStatus::LocProtErr);
@@ -67,7 +75,7 @@ fn too_many_reads_get_nak_invalid_request_after_earlier_responses() {
         let mut r = send_wr(i + 1, WrOpcode::RdmaRead, vec![sge(&la, i * 8192, 8192)]);
         r.remote_addr = rb.addr;
         r.rkey = rb.rkey;
-        sim.nodes[0].post_send(a.qpn, &r).unwrap();
+        sim.nodes[0].post_send(sim.now, a.qpn, &r).unwrap();
     }
     let wa = wait_wcs(&mut sim, a, 3);
     let st: Vec<_> = wa.iter().map(|w| (w.wr_id, w.status)).collect();

@@ -27,7 +27,11 @@ fn rnr_retry_then_success() {
     let src = mr(&mut sim, a, pattern(1, 600));
     let dst = mr(&mut sim, b, vec![0; 600]);
     sim.nodes[0]
-        .post_send(a.qpn, &send_wr(1, WrOpcode::Send, vec![sge(&src, 0, 600)]))
+        .post_send(
+            sim.now,
+            a.qpn,
+            &send_wr(1, WrOpcode::Send, vec![sge(&src, 0, 600)]),
+        )
         .unwrap();
     // No receive WQE yet: the responder answers RNR NAKs.
     sim.run_until(Duration::from_millis(1), |s| {
@@ -57,7 +61,11 @@ fn rnr_retry_exceeded_fails_and_flushes() {
     let src = mr(&mut sim, a, pattern(1, 100));
     for id in 1..=2 {
         sim.nodes[0]
-            .post_send(a.qpn, &send_wr(id, WrOpcode::Send, vec![sge(&src, 0, 100)]))
+            .post_send(
+                sim.now,
+                a.qpn,
+                &send_wr(id, WrOpcode::Send, vec![sge(&src, 0, 100)]),
+            )
             .unwrap();
     }
     let wcs = wait_wcs(&mut sim, a, 2);
@@ -82,10 +90,10 @@ fn rkey_violation_naks_and_moves_both_sides_to_error() {
     let mut w = send_wr(1, WrOpcode::RdmaWrite, vec![sge(&src, 0, 64)]);
     w.remote_addr = rb.addr + 32; // runs 32 bytes past the region
     w.rkey = rb.rkey;
-    sim.nodes[0].post_send(a.qpn, &w).unwrap();
+    sim.nodes[0].post_send(sim.now, a.qpn, &w).unwrap();
     let mut later = send_wr(2, WrOpcode::Send, vec![sge(&src, 0, 8)]);
     later.flags = SendFlags::empty(); // flushed WQEs complete even when unsignaled
-    sim.nodes[0].post_send(a.qpn, &later).unwrap();
+    sim.nodes[0].post_send(sim.now, a.qpn, &later).unwrap();
     let wa = wait_wcs(&mut sim, a, 2);
     assert_eq!(wa[0].status, WcStatus::RemAccessErr);
     assert_eq!((wa[1].wr_id, wa[1].status), (2, WcStatus::WrFlushErr));
@@ -96,7 +104,7 @@ fn rkey_violation_naks_and_moves_both_sides_to_error() {
     assert_eq!(sim.nodes[1].mr_bytes(rb.lkey).unwrap(), &[0u8; 64][..]);
     // Posting on a QP in ERR completes at once with a flush.
     sim.nodes[0]
-        .post_send(a.qpn, &send_wr(3, WrOpcode::Send, vec![]))
+        .post_send(sim.now, a.qpn, &send_wr(3, WrOpcode::Send, vec![]))
         .unwrap();
     let w3 = drain_cq(&mut sim, a);
     assert_eq!((w3[0].wr_id, w3[0].status), (3, WcStatus::WrFlushErr));
@@ -121,7 +129,11 @@ fn ack_timeout_then_retry_exceeded_when_peer_is_dead() {
     );
     let src = mr(&mut sim, a, pattern(1, 100));
     sim.nodes[0]
-        .post_send(a.qpn, &send_wr(1, WrOpcode::Send, vec![sge(&src, 0, 100)]))
+        .post_send(
+            sim.now,
+            a.qpn,
+            &send_wr(1, WrOpcode::Send, vec![sge(&src, 0, 100)]),
+        )
         .unwrap();
     let t0 = sim.now;
     let wcs = wait_wcs(&mut sim, a, 1);
@@ -157,7 +169,11 @@ fn psn_sequence_error_recovers_with_one_nak() {
     let dst = mr(&mut sim, b, vec![0; 1024]);
     post_recv(&mut sim, b, 1, vec![sge(&dst, 0, 1024)]);
     sim.nodes[0]
-        .post_send(a.qpn, &send_wr(1, WrOpcode::Send, vec![sge(&src, 0, 1024)]))
+        .post_send(
+            sim.now,
+            a.qpn,
+            &send_wr(1, WrOpcode::Send, vec![sge(&src, 0, 1024)]),
+        )
         .unwrap();
     assert_ok(&wait_wcs(&mut sim, a, 1));
     assert_ok(&wait_wcs(&mut sim, b, 1));
@@ -187,7 +203,11 @@ fn ghost_and_duplicate_acks_are_ignored() {
         },
     );
     sim.nodes[0]
-        .post_send(a.qpn, &send_wr(1, WrOpcode::Send, vec![sge(&src, 0, 64)]))
+        .post_send(
+            sim.now,
+            a.qpn,
+            &send_wr(1, WrOpcode::Send, vec![sge(&src, 0, 64)]),
+        )
         .unwrap();
     sim.step();
     let ack = |psn: u32| {
@@ -281,6 +301,7 @@ fn psn_wraps_at_2_pow_24_under_loss() {
     post_recv(&mut sim, b, 1, vec![sge(&dst, 0, 64 * 1024)]);
     sim.nodes[0]
         .post_send(
+            sim.now,
             a.qpn,
             &send_wr(1, WrOpcode::Send, vec![sge(&src, 0, 64 * 1024)]),
         )
@@ -288,7 +309,7 @@ fn psn_wraps_at_2_pow_24_under_loss() {
     let mut r = send_wr(2, WrOpcode::RdmaRead, vec![sge(&back, 0, 64 * 1024)]);
     r.remote_addr = dst.addr;
     r.rkey = dst.rkey;
-    sim.nodes[0].post_send(a.qpn, &r).unwrap();
+    sim.nodes[0].post_send(sim.now, a.qpn, &r).unwrap();
     let wa = wait_wcs(&mut sim, a, 2);
     assert_ok(&wa);
     assert!(*seen_zero.borrow(), "PSN 0 was used after 0xffffff");
@@ -319,7 +340,7 @@ fn duplicate_read_is_re_executed_from_the_gap() {
     let mut r = send_wr(1, WrOpcode::RdmaRead, vec![sge(&la, 0, 2000)]);
     r.remote_addr = rb.addr;
     r.rkey = rb.rkey;
-    sim.nodes[0].post_send(a.qpn, &r).unwrap();
+    sim.nodes[0].post_send(sim.now, a.qpn, &r).unwrap();
     assert_ok(&wait_wcs(&mut sim, a, 1));
     assert_eq!(*dropped.borrow(), 1);
     assert_eq!(sim.nodes[0].mr_bytes(la.lkey).unwrap(), &data[..]);
@@ -356,7 +377,7 @@ fn duplicate_atomic_is_answered_from_the_cache() {
     fa.remote_addr = word.addr;
     fa.rkey = word.rkey;
     fa.compare_add = 2;
-    sim.nodes[0].post_send(a.qpn, &fa).unwrap();
+    sim.nodes[0].post_send(sim.now, a.qpn, &fa).unwrap();
     assert_ok(&wait_wcs(&mut sim, a, 1));
     assert!(*lost.borrow());
     assert_eq!(sim.nodes[1].counters().duplicate_request, 1);
@@ -390,7 +411,11 @@ fn aeth_credits_count_posted_receive_wqes() {
         post_recv(&mut sim, b, i, vec![sge(&dst, 16 * i, 16)]);
     }
     sim.nodes[0]
-        .post_send(a.qpn, &send_wr(1, WrOpcode::Send, vec![sge(&src, 0, 16)]))
+        .post_send(
+            sim.now,
+            a.qpn,
+            &send_wr(1, WrOpcode::Send, vec![sge(&src, 0, 16)]),
+        )
         .unwrap();
     assert_ok(&wait_wcs(&mut sim, a, 1));
     // 9 WQEs left: the largest credit count not above 9 is 8, code 6 (IB table 44).
@@ -414,7 +439,7 @@ fn corrupted_packets_fail_the_icrc_and_data_survives() {
     let mut w = send_wr(1, WrOpcode::RdmaWrite, vec![sge(&src, 0, 32 * 1024)]);
     w.remote_addr = dst.addr;
     w.rkey = dst.rkey;
-    sim.nodes[0].post_send(a.qpn, &w).unwrap();
+    sim.nodes[0].post_send(sim.now, a.qpn, &w).unwrap();
     assert_ok(&wait_wcs(&mut sim, a, 1));
     let icrc = sim.nodes[0].counters().rx_icrc_err + sim.nodes[1].counters().rx_icrc_err;
     assert!(sim.stats.corrupted > 0);
@@ -432,7 +457,7 @@ fn send_with_invalidate_revokes_the_rkey() {
     post_recv(&mut sim, b, 5, vec![sge(&rbuf, 0, 32)]);
     let mut s = send_wr(1, WrOpcode::SendWithInv, vec![sge(&src, 0, 32)]);
     s.invalidate_rkey = target.rkey;
-    sim.nodes[0].post_send(a.qpn, &s).unwrap();
+    sim.nodes[0].post_send(sim.now, a.qpn, &s).unwrap();
     assert_ok(&wait_wcs(&mut sim, a, 1));
     let wb = wait_wcs(&mut sim, b, 1);
     assert_ok(&wb);
@@ -441,7 +466,7 @@ fn send_with_invalidate_revokes_the_rkey() {
     let mut w = send_wr(2, WrOpcode::RdmaWrite, vec![sge(&src, 0, 32)]);
     w.remote_addr = target.addr;
     w.rkey = target.rkey;
-    sim.nodes[0].post_send(a.qpn, &w).unwrap();
+    sim.nodes[0].post_send(sim.now, a.qpn, &w).unwrap();
     assert_eq!(wait_wcs(&mut sim, a, 1)[0].status, WcStatus::RemAccessErr);
 }
 
@@ -454,7 +479,7 @@ fn inline_data_is_copied_at_post_time() {
     post_recv(&mut sim, b, 1, vec![sge(&dst, 0, 100)]);
     let mut s = send_wr(1, WrOpcode::Send, vec![sge(&src, 0, 100)]);
     s.flags |= SendFlags::INLINE;
-    sim.nodes[0].post_send(a.qpn, &s).unwrap();
+    sim.nodes[0].post_send(sim.now, a.qpn, &s).unwrap();
     sim.nodes[0]
         .mr_write(src.lkey, 0, &vec![0xff; src.len as usize])
         .unwrap();
@@ -473,10 +498,10 @@ fn bad_lkey_is_a_local_protection_error() {
     let mut bad = sge(&src, 0, 100);
     bad.lkey ^= 0x55;
     sim.nodes[0]
-        .post_send(a.qpn, &send_wr(1, WrOpcode::Send, vec![bad]))
+        .post_send(sim.now, a.qpn, &send_wr(1, WrOpcode::Send, vec![bad]))
         .unwrap();
     sim.nodes[0]
-        .post_send(a.qpn, &send_wr(2, WrOpcode::Send, vec![]))
+        .post_send(sim.now, a.qpn, &send_wr(2, WrOpcode::Send, vec![]))
         .unwrap();
     let wcs = wait_wcs(&mut sim, a, 2);
     assert_eq!(wcs[0].status, WcStatus::LocProtErr);
@@ -501,12 +526,12 @@ fn fence_waits_for_the_read_before_it() {
     let mut r = send_wr(1, WrOpcode::RdmaRead, vec![sge(&la, 0, 64)]);
     r.remote_addr = rb.addr;
     r.rkey = rb.rkey;
-    sim.nodes[0].post_send(a.qpn, &r).unwrap();
+    sim.nodes[0].post_send(sim.now, a.qpn, &r).unwrap();
     let mut w = send_wr(2, WrOpcode::RdmaWrite, vec![sge(&la, 0, 64)]);
     w.remote_addr = rb.addr;
     w.rkey = rb.rkey;
     w.flags |= SendFlags::FENCE;
-    sim.nodes[0].post_send(a.qpn, &w).unwrap();
+    sim.nodes[0].post_send(sim.now, a.qpn, &w).unwrap();
     assert_ok(&wait_wcs(&mut sim, a, 2));
     let ops = order.borrow();
     let resp = ops
@@ -534,10 +559,14 @@ fn sqd_starts_no_new_message_until_back_to_rts() {
         ..QpAttr::default()
     };
     sim.nodes[0]
-        .modify_qp(a.qpn, &sqd, QpAttrMask::STATE)
+        .modify_qp(sim.now, a.qpn, &sqd, QpAttrMask::STATE)
         .unwrap();
     sim.nodes[0]
-        .post_send(a.qpn, &send_wr(1, WrOpcode::Send, vec![sge(&src, 0, 64)]))
+        .post_send(
+            sim.now,
+            a.qpn,
+            &send_wr(1, WrOpcode::Send, vec![sge(&src, 0, 64)]),
+        )
         .unwrap();
     sim.run_idle(Duration::from_millis(1));
     assert_eq!(sim.nodes[0].counters().sent_pkts, 0);
@@ -546,7 +575,7 @@ fn sqd_starts_no_new_message_until_back_to_rts() {
         ..QpAttr::default()
     };
     sim.nodes[0]
-        .modify_qp(a.qpn, &rts, QpAttrMask::STATE)
+        .modify_qp(sim.now, a.qpn, &rts, QpAttrMask::STATE)
         .unwrap();
     assert_ok(&wait_wcs(&mut sim, a, 1));
     assert_eq!(

@@ -59,7 +59,7 @@ fn qps_on_one_srq_take_receives_in_posting_order() {
             wr_id: 100 + i,
             sg_list: vec![sge(&dst, i * 512, 512)],
         };
-        sim.nodes[1].post_srq_recv(srq, &wr).unwrap();
+        sim.nodes[1].post_srq_recv(sim.now, srq, &wr).unwrap();
     }
     // Posting to the QP itself is refused: it receives from the SRQ.
     let own = RecvWr {
@@ -67,7 +67,7 @@ fn qps_on_one_srq_take_receives_in_posting_order() {
         sg_list: vec![sge(&dst, 0, 8)],
     };
     assert!(matches!(
-        sim.nodes[1].post_recv(rx[0].qpn, &own),
+        sim.nodes[1].post_recv(sim.now, rx[0].qpn, &own),
         Err(Error::InvalidWr(_))
     ));
     assert_eq!(sim.nodes[1].query_srq(srq).unwrap().1, 4);
@@ -78,6 +78,7 @@ fn qps_on_one_srq_take_receives_in_posting_order() {
         let src = mr(&mut sim, side, data);
         sim.nodes[0]
             .post_send(
+                sim.now,
                 side.qpn,
                 &send_wr(n as u64, WrOpcode::Send, vec![sge(&src, 0, 300)]),
             )
@@ -114,6 +115,7 @@ fn an_empty_srq_means_rnr_until_a_wqe_is_posted() {
     let src = mr(&mut sim, tx[1], pattern(9, 64));
     sim.nodes[0]
         .post_send(
+            sim.now,
             tx[1].qpn,
             &send_wr(1, WrOpcode::Send, vec![sge(&src, 0, 64)]),
         )
@@ -126,6 +128,7 @@ fn an_empty_srq_means_rnr_until_a_wqe_is_posted() {
     let dst = mr(&mut sim, rx[1], vec![0; 64]);
     sim.nodes[1]
         .post_srq_recv(
+            sim.now,
             srq,
             &RecvWr {
                 wr_id: 7,
@@ -149,9 +152,12 @@ fn srq_limits_and_lifetime() {
         wr_id: 1,
         sg_list: vec![sge(&dst, 0, 8)],
     };
-    sim.nodes[1].post_srq_recv(srq, &wr).unwrap();
-    sim.nodes[1].post_srq_recv(srq, &wr).unwrap();
-    assert_eq!(sim.nodes[1].post_srq_recv(srq, &wr), Err(Error::QueueFull));
+    sim.nodes[1].post_srq_recv(sim.now, srq, &wr).unwrap();
+    sim.nodes[1].post_srq_recv(sim.now, srq, &wr).unwrap();
+    assert_eq!(
+        sim.nodes[1].post_srq_recv(sim.now, srq, &wr),
+        Err(Error::QueueFull)
+    );
     let three = RecvWr {
         wr_id: 2,
         sg_list: vec![sge(&dst, 0, 8); 3],
@@ -167,7 +173,7 @@ fn srq_limits_and_lifetime() {
         )
         .unwrap();
     assert_eq!(
-        sim.nodes[1].post_srq_recv(roomy, &three),
+        sim.nodes[1].post_srq_recv(sim.now, roomy, &three),
         Err(Error::TooManySge)
     );
     let bad = SrqAttr {
@@ -185,7 +191,7 @@ fn srq_limits_and_lifetime() {
     let mut a = sim.nodes[1].query_qp(rx[0].qpn).unwrap().0;
     a.qp_state = QpState::Err;
     sim.nodes[1]
-        .modify_qp(rx[0].qpn, &a, ferroce_transport::QpAttrMask::STATE)
+        .modify_qp(sim.now, rx[0].qpn, &a, ferroce_transport::QpAttrMask::STATE)
         .unwrap();
     assert_eq!(sim.nodes[1].query_srq(srq).unwrap().1, 2);
     assert!(drain_cq(&mut sim, rx[0])
@@ -194,5 +200,8 @@ fn srq_limits_and_lifetime() {
     sim.nodes[1].destroy_qp(rx[0].qpn).unwrap();
     sim.nodes[1].destroy_qp(rx[1].qpn).unwrap();
     sim.nodes[1].destroy_srq(srq).unwrap();
-    assert_eq!(sim.nodes[1].post_srq_recv(srq, &wr), Err(Error::InvalidSrq));
+    assert_eq!(
+        sim.nodes[1].post_srq_recv(sim.now, srq, &wr),
+        Err(Error::InvalidSrq)
+    );
 }

@@ -44,7 +44,7 @@ fn ud_send_delivers_grh_area_source_and_immediate() {
         wr.imm_data = 0x1234;
         // High bit set: use the sending QP's own Q_Key (which matches).
         wr.ud = Some(UdDest::new(sim.gid(1), b.qpn, 0x8000_0000));
-        sim.nodes[0].post_send(a.qpn, &wr).unwrap();
+        sim.nodes[0].post_send(sim.now, a.qpn, &wr).unwrap();
         assert_ok(&wait_wcs(&mut sim, a, 1));
         let wb = wait_wcs(&mut sim, b, 1);
         assert_ok(&wb);
@@ -77,14 +77,14 @@ fn ud_qkey_mismatch_is_dropped_and_counted() {
     post_recv(&mut sim, b, 1, vec![sge(&dst, 0, 100)]);
     let mut wr = send_wr(1, WrOpcode::Send, vec![sge(&src, 0, 10)]);
     wr.ud = Some(UdDest::new(sim.gid(1), b.qpn, o.qkey ^ 1));
-    sim.nodes[0].post_send(a.qpn, &wr).unwrap();
+    sim.nodes[0].post_send(sim.now, a.qpn, &wr).unwrap();
     assert_ok(&wait_wcs(&mut sim, a, 1));
     sim.run_idle(std::time::Duration::from_millis(1));
     assert!(drain_cq(&mut sim, b).is_empty());
     assert_eq!(sim.nodes[1].counters().rx_bad_qkey, 1);
     // The right Q_Key gets through to the same receive WQE.
     wr.ud = Some(UdDest::new(sim.gid(1), b.qpn, o.qkey));
-    sim.nodes[0].post_send(a.qpn, &wr).unwrap();
+    sim.nodes[0].post_send(sim.now, a.qpn, &wr).unwrap();
     let wb = wait_wcs(&mut sim, b, 1);
     assert_eq!(
         (wb[0].wr_id, wb[0].status, wb[0].byte_len),
@@ -100,19 +100,20 @@ fn ud_rejects_messages_over_one_mtu_and_rc_opcodes() {
     let mut wr = send_wr(1, WrOpcode::Send, vec![sge(&src, 0, 4097)]);
     wr.ud = Some(UdDest::new(sim.gid(1), b.qpn, 0));
     assert_eq!(
-        sim.nodes[0].post_send(a.qpn, &wr),
+        sim.nodes[0].post_send(sim.now, a.qpn, &wr),
         Err(Error::MessageTooLarge)
     );
     let mut w = wr.clone();
     w.opcode = WrOpcode::RdmaWrite;
     w.sg_list[0].length = 8;
     assert!(matches!(
-        sim.nodes[0].post_send(a.qpn, &w),
+        sim.nodes[0].post_send(sim.now, a.qpn, &w),
         Err(Error::InvalidWr(_))
     ));
     let no_dest = SendWr { ud: None, ..w };
     assert!(sim.nodes[0]
         .post_send(
+            sim.now,
             a.qpn,
             &SendWr {
                 opcode: WrOpcode::Send,
@@ -147,10 +148,18 @@ fn uc_message_with_lost_middle_is_dropped_whole_and_next_delivered() {
     let dst = mr(&mut sim, b, vec![0; 1024]);
     post_recv(&mut sim, b, 10, vec![sge(&dst, 0, 1024)]);
     sim.nodes[0]
-        .post_send(a.qpn, &send_wr(1, WrOpcode::Send, vec![sge(&s1, 0, 1000)]))
+        .post_send(
+            sim.now,
+            a.qpn,
+            &send_wr(1, WrOpcode::Send, vec![sge(&s1, 0, 1000)]),
+        )
         .unwrap();
     sim.nodes[0]
-        .post_send(a.qpn, &send_wr(2, WrOpcode::Send, vec![sge(&s2, 0, 700)]))
+        .post_send(
+            sim.now,
+            a.qpn,
+            &send_wr(2, WrOpcode::Send, vec![sge(&s2, 0, 700)]),
+        )
         .unwrap();
     let wa = wait_wcs(&mut sim, a, 2);
     assert_ok(&wa);
@@ -190,7 +199,7 @@ fn uc_write_with_imm_and_no_acks() {
     w.remote_addr = dst.addr;
     w.rkey = dst.rkey;
     w.imm_data = 99;
-    sim.nodes[0].post_send(a.qpn, &w).unwrap();
+    sim.nodes[0].post_send(sim.now, a.qpn, &w).unwrap();
     assert_ok(&wait_wcs(&mut sim, a, 1));
     let wb = wait_wcs(&mut sim, b, 1);
     assert_eq!(

@@ -56,6 +56,7 @@ pub fn send_wr(id: u64, op: WrOpcode, sg: Vec<Sge>) -> SendWr {
 pub fn post_recv(sim: &mut Sim, s: Side, id: u64, sg: Vec<Sge>) {
     sim.nodes[s.node]
         .post_recv(
+            sim.now,
             s.qpn,
             &RecvWr {
                 wr_id: id,

@@ -1,15 +1,62 @@
 //! Completer: matches ACKs, NAKs and read/atomic responses against outstanding WQEs,
 //! completes them strictly in posting order, and drives retries (go-back-N on sequence
 //! NAKs, implicit NAKs and local ACK timeouts; RNR waits) within the QP's retry budgets.
+//!
+//! Its state is `Completer` (oldest unacknowledged PSN, retry budgets); its two timers
+//! are entries of the QP's timer table, and their expiry handlers live here.
 
 use ferroce_wire::aeth::RNR_TIMER_US;
 use ferroce_wire::{NakCode, Operation, Position, Psn, Syndrome};
 
-use crate::qp::{ack_timeout, Ctx, Qp};
-use crate::responder::Rx;
+use crate::qp::timers::Timer;
+use crate::qp::{ack_timeout, Ctx, Qp, Rx};
 use crate::verbs::{QpState, WcStatus, WrOpcode};
 
 use std::time::Duration;
+
+/// The completer's own state: how far acknowledgements reached and what retries are
+/// left. Its timers (ACK timeout, RNR wait) are entries of the QP's timer table.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Completer {
+    /// The oldest PSN not acknowledged yet: WQEs complete up to it, and a go-back-N
+    /// retry resends from it.
+    oldest_unacked_psn: Psn,
+    /// Retries left after timeouts and sequence NAKs (reloaded on progress).
+    retry_left: u8,
+    /// Retries left after RNR NAKs (reloaded on progress).
+    rnr_left: u8,
+    /// A retry from `oldest_unacked_psn` is under way: later NAKs and gaps for it are
+    /// ignored, so one loss causes one retry.
+    started_retry: bool,
+}
+
+impl Completer {
+    /// The oldest unacknowledged PSN (the requester's send window starts here).
+    pub(super) fn oldest_unacked_psn(&self) -> Psn {
+        self.oldest_unacked_psn
+    }
+
+    /// Everything before `psn` counts as acknowledged (SQ_PSN; UC/UD completing on send).
+    pub(super) fn set_oldest_unacked_psn(&mut self, psn: Psn) {
+        self.oldest_unacked_psn = psn;
+    }
+
+    /// After a flush: acknowledged up to `psn`, no retry under way.
+    pub(super) fn restart_at(&mut self, psn: Psn) {
+        self.oldest_unacked_psn = psn;
+        self.started_retry = false;
+    }
+
+    /// The retry budget after timeouts and sequence NAKs (RETRY_CNT).
+    pub(super) fn set_retry_left(&mut self, n: u8) {
+        self.retry_left = n;
+    }
+
+    /// The retry budget after RNR NAKs (RNR_RETRY).
+    pub(super) fn set_rnr_left(&mut self, n: u8) {
+        self.rnr_left = n;
+    }
+}
 
 /// What an implicit or explicit ACK up to some PSN found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +78,9 @@ enum RetryReason {
 impl Qp {
     /// True when some sent PSN is not acknowledged yet.
     fn outstanding(&self) -> bool {
-        self.comp.psn.before(self.req.max_sent)
+        self.comp
+            .oldest_unacked_psn
+            .before(self.req.first_unsent_psn())
     }
 
     /// After progress: fresh retry budgets and a restarted (or stopped) ACK timer.
@@ -39,14 +88,15 @@ impl Qp {
         self.comp.retry_left = self.attr.retry_cnt;
         self.comp.rnr_left = self.attr.rnr_retry;
         self.comp.started_retry = false;
-        self.comp.timer = if self.outstanding() {
+        let deadline = if self.outstanding() {
             ack_timeout(self.attr.timeout).map(|t| ctx.now + t)
         } else {
             None
         };
+        self.timers.set(Timer::AckTimeout, deadline);
         // An ACK past the requester's position (after a rewind) moves it forward.
-        if self.req.psn.before(self.comp.psn) {
-            self.rewind_to(self.comp.psn);
+        if self.req.next_psn().before(self.comp.oldest_unacked_psn) {
+            self.rewind_to(self.comp.oldest_unacked_psn);
         }
     }
 
@@ -74,13 +124,15 @@ impl Qp {
                 }
                 let next = w.last_psn().add(1);
                 self.complete_front(ctx, WcStatus::Success);
-                if next.after(self.comp.psn) {
-                    self.comp.psn = next;
+                if next.after(self.comp.oldest_unacked_psn) {
+                    self.comp.oldest_unacked_psn = next;
                 }
                 progress = true;
             } else {
-                if !w.wr.opcode.is_read_or_atomic() && psn.add(1).after(self.comp.psn) {
-                    self.comp.psn = psn.add(1);
+                if !w.wr.opcode.is_read_or_atomic()
+                    && psn.add(1).after(self.comp.oldest_unacked_psn)
+                {
+                    self.comp.oldest_unacked_psn = psn.add(1);
                     progress = true;
                 }
                 break;
@@ -103,7 +155,7 @@ impl Qp {
     /// Go-back-N from the oldest unacknowledged PSN, within the retry budget.
     fn start_retry(&mut self, ctx: &mut Ctx<'_>, reason: RetryReason) {
         if !self.outstanding() || self.sq.is_empty() {
-            self.comp.timer = None;
+            self.timers.stop(Timer::AckTimeout);
             return;
         }
         if reason != RetryReason::Timeout && self.comp.started_retry {
@@ -112,7 +164,7 @@ impl Qp {
         if self.attr.retry_cnt != 7 {
             if self.comp.retry_left == 0 {
                 ctx.counters.retry_exceeded_err += 1;
-                tracing::debug!(qpn = self.qpn, psn = %self.comp.psn, "retry count exceeded");
+                tracing::debug!(qpn = self.qpn, psn = %self.comp.oldest_unacked_psn, "retry count exceeded");
                 self.complete_front(ctx, WcStatus::RetryExcErr);
                 self.enter_error(ctx);
                 return;
@@ -120,10 +172,11 @@ impl Qp {
             self.comp.retry_left -= 1;
         }
         ctx.counters.completer_retry_err += 1;
-        tracing::debug!(qpn = self.qpn, psn = %self.comp.psn, ?reason, "go-back-N retry");
+        tracing::debug!(qpn = self.qpn, psn = %self.comp.oldest_unacked_psn, ?reason, "go-back-N retry");
         self.comp.started_retry = true;
-        self.rewind_to(self.comp.psn);
-        self.comp.timer = ack_timeout(self.attr.timeout).map(|t| ctx.now + t);
+        self.rewind_to(self.comp.oldest_unacked_psn);
+        let deadline = ack_timeout(self.attr.timeout).map(|t| ctx.now + t);
+        self.timers.set(Timer::AckTimeout, deadline);
     }
 
     /// A response packet (ACK, atomic ACK or read response) for this QP's requester.
@@ -133,12 +186,12 @@ impl Qp {
             return;
         }
         let psn = rx.bth.psn;
-        if psn.distance(self.req.max_sent) >= 0 {
+        if psn.distance(self.req.first_unsent_psn()) >= 0 {
             ctx.counters.rx_ghost_ack += 1;
             tracing::trace!(qpn = self.qpn, %psn, "ghost ACK ignored");
             return;
         }
-        if psn.before(self.comp.psn) {
+        if psn.before(self.comp.oldest_unacked_psn) {
             ctx.counters.rx_duplicate_ack += 1;
             return;
         }
@@ -205,9 +258,9 @@ impl Qp {
         }
         let wait = Duration::from_micros(u64::from(RNR_TIMER_US[usize::from(timer & 0x1f)]));
         tracing::debug!(qpn = self.qpn, %psn, ?wait, "RNR NAK: waiting");
-        self.comp.rnr_until = Some(ctx.now + wait);
-        self.comp.timer = None;
-        self.rewind_to(self.comp.psn);
+        self.timers.set(Timer::RnrWait, Some(ctx.now + wait));
+        self.timers.stop(Timer::AckTimeout);
+        self.rewind_to(self.comp.oldest_unacked_psn);
     }
 
     fn on_atomic_ack(&mut self, ctx: &mut Ctx<'_>, rx: &Rx<'_>) {
@@ -230,7 +283,7 @@ impl Qp {
             Some(s) => ctx.mrs.scatter(self.pd, &[s], 0, &ack.orig.to_le_bytes()),
             None => Ok(()),
         };
-        self.comp.psn = psn.add(1);
+        self.comp.oldest_unacked_psn = psn.add(1);
         if let Err(e) = placed {
             tracing::debug!(qpn = self.qpn, %e, "atomic result placement failed");
             self.complete_front(ctx, WcStatus::LocProtErr);
@@ -263,7 +316,7 @@ impl Qp {
             ctx.counters.rx_unexpected_response += 1;
             return;
         }
-        if psn != self.comp.psn {
+        if psn != self.comp.oldest_unacked_psn {
             // Responses before this one were lost: resend the READ from the gap.
             return self.start_retry(ctx, RetryReason::Implicit);
         }
@@ -287,7 +340,7 @@ impl Qp {
             self.enter_error(ctx);
             return;
         }
-        self.comp.psn = psn.add(1);
+        self.comp.oldest_unacked_psn = psn.add(1);
         if last {
             self.complete_front(ctx, WcStatus::Success);
         }
@@ -295,26 +348,23 @@ impl Qp {
         self.complete_local_errors(ctx);
     }
 
-    /// Timers: the local ACK timeout (go-back-N) and the end of an RNR wait.
-    pub(crate) fn on_timeout(&mut self, ctx: &mut Ctx<'_>) {
-        if let Some(t) = self.comp.rnr_until {
-            if ctx.now >= t {
-                self.comp.rnr_until = None;
-                tracing::debug!(qpn = self.qpn, psn = %self.comp.psn, "RNR wait over: resending");
-                self.rewind_to(self.comp.psn);
-                self.comp.timer = ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
-            }
+    /// `Timer::RnrWait` expired: resend from the oldest unacknowledged PSN.
+    pub(super) fn rnr_wait_over(&mut self, ctx: &mut Ctx<'_>) {
+        self.timers.stop(Timer::RnrWait);
+        tracing::debug!(qpn = self.qpn, psn = %self.comp.oldest_unacked_psn, "RNR wait over: resending");
+        self.rewind_to(self.comp.oldest_unacked_psn);
+        let deadline = ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
+        self.timers.set(Timer::AckTimeout, deadline);
+    }
+
+    /// `Timer::AckTimeout` expired: go-back-N if anything is still outstanding.
+    pub(super) fn ack_timeout_expired(&mut self, ctx: &mut Ctx<'_>) {
+        if !self.outstanding() {
+            self.timers.stop(Timer::AckTimeout);
+            return;
         }
-        if let Some(t) = self.comp.timer {
-            if ctx.now >= t {
-                if !self.outstanding() {
-                    self.comp.timer = None;
-                    return;
-                }
-                ctx.counters.ack_timeouts += 1;
-                tracing::debug!(qpn = self.qpn, psn = %self.comp.psn, "local ACK timeout");
-                self.start_retry(ctx, RetryReason::Timeout);
-            }
-        }
+        ctx.counters.ack_timeouts += 1;
+        tracing::debug!(qpn = self.qpn, psn = %self.comp.oldest_unacked_psn, "local ACK timeout");
+        self.start_retry(ctx, RetryReason::Timeout);
     }
 }

@@ -1,16 +1,27 @@
-//! The queue pair: its queues, per-role transport state and the `modify` state machine.
+//! The queue pair: its identity, attributes, queues and the `modify` state machine,
+//! holding one of each role.
 //!
-//! The three roles of the IB spec live in their own files as `impl Qp` blocks:
-//! [`requester`](crate::requester) turns send WQEs into request packets,
-//! [`responder`](crate::responder) executes requests and answers them, and
-//! [`completer`](crate::completer) matches responses against outstanding WQEs.
+//! The three roles of the IB spec each own their state, in their own files:
+//! [`requester`] turns send WQEs into request packets, [`responder`] executes requests
+//! and answers them, and [`completer`] matches responses against outstanding WQEs.
+//! Their timers share one table ([`timers`]); [`congestion`] is the QP's side of DCQCN;
+//! [`post`] checks and queues work requests.
+//! A role's fields are private to its file; the others go through its `pub(super)`
+//! methods.
+
+mod completer;
+mod congestion;
+mod post;
+mod requester;
+mod responder;
+mod timers;
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use core::net::Ipv6Addr;
 
-use ferroce_wire::{NakCode, Psn, Syndrome};
+use ferroce_wire::{BthRepr, ExtRepr, Psn};
 
 use crate::counters::Counters;
 use crate::cq::CqTable;
@@ -18,18 +29,24 @@ use crate::error::{Error, Result};
 use crate::mr::{Access, MrTable};
 use crate::time::Instant;
 use crate::verbs::{
-    CqId, Mtu, PdId, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendFlags, SendWr,
-    WcOpcode, WcStatus, WorkCompletion,
+    CqId, Mtu, PdId, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendWr, WcOpcode,
+    WcStatus, WorkCompletion,
 };
+use completer::Completer;
+pub(crate) use congestion::CnpOut;
+use congestion::QpCc;
+use requester::Requester;
+use responder::Responder;
+use timers::{Timer, Timers};
 
 /// Most READs/atomics a QP may keep outstanding or accept (max_qp_rd_atom of the device).
 pub const MAX_RD_ATOMIC: u8 = 16;
 /// Packets a requester sends beyond the oldest unacknowledged one (rxe's limit).
-pub(crate) const SEND_WINDOW: i32 = 128;
+const SEND_WINDOW: i32 = 128;
 /// A requester asks for an ACK at least this often within a long message.
-pub(crate) const MAX_PKTS_PER_ACK: u32 = 64;
+const MAX_PKTS_PER_ACK: u32 = 64;
 /// Bound on queued responder packets (ACKs coalesce, so this is rarely reached).
-pub(crate) const MAX_RESP_QUEUE: usize = 64;
+const MAX_RESP_QUEUE: usize = 64;
 
 /// Borrowed endpoint state a QP needs while it works.
 pub(crate) struct Ctx<'a> {
@@ -43,129 +60,39 @@ pub(crate) struct Ctx<'a> {
 /// A posted send work request plus its transport bookkeeping.
 #[derive(Debug, Clone)]
 pub(crate) struct SendWqe {
-    pub wr: SendWr,
+    wr: SendWr,
     /// The gathered bytes of an inline send, copied at post time.
-    pub inline: Option<Vec<u8>>,
+    inline: Option<Vec<u8>>,
     /// Message length in bytes.
-    pub len: u32,
-    pub signaled: bool,
+    len: u32,
+    signaled: bool,
     /// First PSN, valid once the requester started the WQE.
-    pub first_psn: Psn,
+    first_psn: Psn,
     /// PSNs the message consumes (READ: one per response packet).
-    pub npkts: u32,
+    npkts: u32,
     /// A local error found when starting the WQE; it completes with it in order.
-    pub local_err: Option<WcStatus>,
+    local_err: Option<WcStatus>,
     /// PSNs were assigned (the WQE was started at least once; a rewind keeps them).
-    pub assigned: bool,
+    assigned: bool,
     /// Every packet was sent at least once, so an ACK may cover the whole message.
-    pub sent_all: bool,
+    sent_all: bool,
 }
 
 impl SendWqe {
-    pub fn last_psn(&self) -> Psn {
+    fn last_psn(&self) -> Psn {
         self.first_psn.add(self.npkts.saturating_sub(1))
     }
 }
 
-/// Requester progress through the send queue.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ReqState {
-    /// Index in `sq` of the WQE being sent.
-    pub idx: usize,
-    /// Bytes of `sq[idx]` already sent (READ: already requested).
-    pub offset: u32,
-    /// Next PSN to send.
-    pub psn: Psn,
-    /// One past the highest PSN ever sent: the edge of the outstanding range.
-    pub max_sent: Psn,
-    /// Packets sent since the last AckReq.
-    pub noack_pkts: u32,
-}
-
-/// Completer state: what has been acknowledged, timers and retry budgets.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct CompState {
-    /// Oldest unacknowledged PSN.
-    pub psn: Psn,
-    pub retry_left: u8,
-    pub rnr_left: u8,
-    /// Local ACK timeout deadline.
-    pub timer: Option<Instant>,
-    /// The requester waits for an RNR NAK's timer until then.
-    pub rnr_until: Option<Instant>,
-    /// A retry for the current `psn` is under way: later NAKs/gaps for it are ignored.
-    pub started_retry: bool,
-}
-
-/// A message the responder is in the middle of.
-#[derive(Debug, Clone)]
-pub(crate) enum InMsg {
-    Send {
-        wqe: RecvWr,
-        offset: u32,
-    },
-    Write {
-        va: u64,
-        rkey: u32,
-        resid: u32,
-        total: u32,
-    },
-}
-
-/// A READ or atomic the responder executed, kept to answer duplicates.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Resource {
-    Free,
-    Read {
-        /// PSN range of the original request.
-        first_psn: Psn,
-        last_psn: Psn,
-        /// The current execution (a duplicate may restart mid-message).
-        start_psn: Psn,
-        va: u64,
-        rkey: u32,
-        len: u32,
-        /// Next response PSN to send; `pending` while responses remain.
-        next_psn: Psn,
-        pending: bool,
-        age: u64,
-    },
-    Atomic {
-        psn: Psn,
-        orig: u64,
-        age: u64,
-    },
-}
-
-/// A packet the responder owes the requester.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RespOut {
-    Ack {
-        psn: Psn,
-        syndrome: Syndrome,
-    },
-    AtomicAck {
-        psn: Psn,
-        orig: u64,
-    },
-    /// Read responses of resource `res`.
-    Read {
-        res: usize,
-    },
-}
-
-/// Responder state.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct RespState {
-    /// Expected PSN.
-    pub psn: Psn,
-    pub msn: u32,
-    /// A NAK for the current gap (sequence error or RNR) was sent.
-    pub nak_sent: bool,
-    pub cur: Option<InMsg>,
-    pub out: VecDeque<RespOut>,
-    pub res: Vec<Resource>,
-    pub res_age: u64,
+/// One received, ICRC-checked packet as the QP roles see it.
+#[derive(Debug)]
+pub(crate) struct Rx<'a> {
+    pub bth: BthRepr,
+    pub ext: ExtRepr,
+    pub payload: &'a [u8],
+    pub src_gid: Ipv6Addr,
+    /// The IP header bytes (for the UD GRH area).
+    pub ip_header: &'a [u8],
 }
 
 /// One queue pair.
@@ -180,16 +107,24 @@ pub(crate) struct Qp {
     pub cap: QpCap,
     pub attr: QpAttr,
     /// UDP source port of every packet (derived from the QP numbers as rxe does).
-    pub sport: u16,
-    pub sq: VecDeque<SendWqe>,
-    pub rq: VecDeque<RecvWr>,
+    sport: u16,
+    /// Send WQEs posted and not completed, oldest first (the requester sends them, the
+    /// completer retires them).
+    sq: VecDeque<SendWqe>,
+    /// Receive WQEs posted, oldest first (the responder consumes them).
+    rq: VecDeque<RecvWr>,
     /// Receive WQEs come from this SRQ instead of `rq`.
     pub srq: Option<crate::verbs::SrqId>,
-    pub req: ReqState,
-    pub comp: CompState,
-    pub resp: RespState,
+    /// Requester role: send WQEs into request packets.
+    req: Requester,
+    /// Completer role: responses against outstanding WQEs, retries.
+    comp: Completer,
+    /// Responder role: requests executed and answered.
+    resp: Responder,
+    /// Every timer of the QP.
+    timers: Timers,
     /// DCQCN notification and reaction point.
-    pub cc: crate::dcqcn::QpCc,
+    cc: QpCc,
 }
 
 /// UDP source port of an RC/UC QP, as rxe 6.1 derives it from both QP numbers.
@@ -205,7 +140,7 @@ pub fn ud_src_port(qpn: u32) -> u16 {
 }
 
 /// Local ACK timeout of the IB encoding: 4.096 µs × 2^t; `None` for 0 (wait forever).
-pub(crate) fn ack_timeout(t: u8) -> Option<Duration> {
+fn ack_timeout(t: u8) -> Option<Duration> {
     (t != 0).then(|| Duration::from_nanos(4096u64 << t.min(31)))
 }
 
@@ -340,10 +275,11 @@ impl Qp {
             sq: VecDeque::new(),
             rq: VecDeque::new(),
             srq: None,
-            req: ReqState::default(),
-            comp: CompState::default(),
-            resp: RespState::default(),
-            cc: crate::dcqcn::QpCc::default(),
+            req: Requester::default(),
+            comp: Completer::default(),
+            resp: Responder::default(),
+            timers: Timers::default(),
+            cc: QpCc::default(),
         }
     }
 
@@ -422,15 +358,15 @@ impl Qp {
         }
         if given.contains(M::RETRY_CNT) {
             a.retry_cnt = attr.retry_cnt;
-            self.comp.retry_left = attr.retry_cnt;
+            self.comp.set_retry_left(attr.retry_cnt);
         }
         if given.contains(M::RNR_RETRY) {
             a.rnr_retry = attr.rnr_retry;
-            self.comp.rnr_left = attr.rnr_retry;
+            self.comp.set_rnr_left(attr.rnr_retry);
         }
         if given.contains(M::RQ_PSN) {
             a.rq_psn = attr.rq_psn & Psn::MASK;
-            self.resp.psn = Psn::new(attr.rq_psn);
+            self.resp.set_expected_psn(Psn::new(attr.rq_psn));
         }
         if given.contains(M::MAX_QP_RD_ATOMIC) {
             a.max_rd_atomic = attr.max_rd_atomic;
@@ -441,15 +377,13 @@ impl Qp {
         if given.contains(M::SQ_PSN) {
             a.sq_psn = attr.sq_psn & Psn::MASK;
             let p = Psn::new(attr.sq_psn);
-            self.req.psn = p;
-            self.req.max_sent = p;
-            self.comp.psn = p;
+            self.req.set_psn(p);
+            self.comp.set_oldest_unacked_psn(p);
         }
         if given.contains(M::MAX_DEST_RD_ATOMIC) {
             a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
             let n = 2 * usize::from(attr.max_dest_rd_atomic.max(1)) + 2;
-            self.resp.res = vec![Resource::Free; n];
-            self.resp.out.retain(|o| !matches!(o, RespOut::Read { .. }));
+            self.resp.size_resources(n);
         }
         if given.contains(M::DEST_QPN) {
             a.dest_qp_num = attr.dest_qp_num;
@@ -468,9 +402,7 @@ impl Qp {
             QpState::Reset => self.reset(),
             QpState::Err => self.enter_error(ctx),
             _ => {
-                if self.resp.res.is_empty() {
-                    self.resp.res = vec![Resource::Free; 4];
-                }
+                self.resp.ensure_resources();
                 self.attr.qp_state = next;
             }
         }
@@ -544,9 +476,10 @@ impl Qp {
     fn reset(&mut self) {
         self.sq.clear();
         self.rq.clear();
-        self.req = ReqState::default();
-        self.comp = CompState::default();
-        self.resp = RespState::default();
+        self.req = Requester::default();
+        self.comp = Completer::default();
+        self.resp = Responder::default();
+        self.timers = Timers::default();
         self.cc.clear();
         self.attr = QpAttr {
             cap: self.cap,
@@ -561,7 +494,7 @@ impl Qp {
         }
         self.attr.qp_state = QpState::Err;
         self.flush_sq(ctx);
-        if let Some(InMsg::Send { wqe, .. }) = self.resp.cur.take() {
+        if let Some(wqe) = self.resp.abandon_message() {
             if self.srq.is_some() {
                 // Taken from the SRQ by this QP: it completes here, flushed.
                 let wc =
@@ -571,14 +504,13 @@ impl Qp {
                 self.rq.push_front(wqe);
             }
         }
-        self.resp.cur = None;
         while let Some(r) = self.rq.pop_front() {
             let wc = WorkCompletion::new(self.qpn, r.wr_id, WcOpcode::Recv, WcStatus::WrFlushErr);
             ctx.cqs.push(self.recv_cq, wc, ctx.counters);
         }
-        self.resp.out.clear();
-        self.comp.timer = None;
-        self.comp.rnr_until = None;
+        self.resp.clear_owed();
+        self.timers.stop(Timer::AckTimeout);
+        self.timers.stop(Timer::RnrWait);
     }
 
     /// Send-side error of UC/UD: flush the send queue, keep receiving (SQE).
@@ -598,16 +530,11 @@ impl Qp {
             );
             ctx.cqs.push(self.send_cq, wc, ctx.counters);
         }
-        let psn = self.req.psn;
-        self.req = ReqState {
-            psn,
-            max_sent: psn,
-            ..ReqState::default()
-        };
-        self.comp.psn = psn;
-        self.comp.timer = None;
-        self.comp.rnr_until = None;
-        self.comp.started_retry = false;
+        let psn = self.req.next_psn();
+        self.req = Requester::starting_at(psn);
+        self.comp.restart_at(psn);
+        self.timers.stop(Timer::AckTimeout);
+        self.timers.stop(Timer::RnrWait);
     }
 
     /// Completes the oldest send WQE with `status` (a completion is generated for errors
@@ -616,11 +543,7 @@ impl Qp {
         let Some(w) = self.sq.pop_front() else {
             return;
         };
-        if self.req.idx > 0 {
-            self.req.idx -= 1;
-        } else {
-            self.req.offset = 0;
-        }
+        self.req.front_completed();
         if status != WcStatus::Success {
             ctx.counters.send_err += 1;
             tracing::debug!(
@@ -639,210 +562,9 @@ impl Qp {
         }
     }
 
-    /// Queues a send WR (the endpoint checked the QP state allows it).
-    pub(crate) fn post_send(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        wr: &SendWr,
-        gids: &[Ipv6Addr],
-        port_mtu: Mtu,
-    ) -> Result<()> {
-        use crate::verbs::WrOpcode as Op;
-        match self.state() {
-            QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => {}
-            s => return Err(Error::InvalidState(s)),
-        }
-        if self.sq.len() >= self.cap.max_send_wr as usize {
-            return Err(Error::QueueFull);
-        }
-        let inline = wr.flags.contains(SendFlags::INLINE);
-        if wr.sg_list.len() > self.cap.max_send_sge as usize && !inline {
-            return Err(Error::TooManySge);
-        }
-        let len = crate::mr::sge_total(&wr.sg_list).ok_or(Error::MessageTooLarge)?;
-        if len > 1 << 31 {
-            return Err(Error::MessageTooLarge);
-        }
-        match (self.qp_type, wr.opcode) {
-            (QpType::Ud, Op::Send | Op::SendWithImm) => {
-                let ud = wr
-                    .ud
-                    .as_ref()
-                    .ok_or(Error::InvalidWr("UD send without a destination"))?;
-                check_av(&ud.av, gids)?;
-                if ud.dest_qpn > 0xff_ffff {
-                    return Err(Error::InvalidWr("dest_qpn"));
-                }
-                if len > port_mtu.bytes() {
-                    return Err(Error::MessageTooLarge);
-                }
-            }
-            (QpType::Ud, _) => return Err(Error::InvalidWr("opcode not supported on UD")),
-            (QpType::Uc, op) if op.is_read_or_atomic() || op == Op::SendWithInv => {
-                return Err(Error::InvalidWr("opcode not supported on UC"))
-            }
-            _ => {}
-        }
-        if wr.opcode.is_atomic() {
-            if len != 8 || wr.sg_list.len() != 1 {
-                return Err(Error::InvalidWr("atomics take one 8-byte SGE"));
-            }
-            if wr.remote_addr % 8 != 0 {
-                return Err(Error::InvalidWr("atomic remote address not 8-byte aligned"));
-            }
-        }
-        let inline_bytes = if inline {
-            if wr.opcode.is_read_or_atomic() {
-                return Err(Error::InvalidWr("inline READ or atomic"));
-            }
-            if len > self.cap.max_inline_data {
-                return Err(Error::InlineTooLarge);
-            }
-            let mut buf = vec![0u8; len as usize];
-            // Inline data is gathered now; a bad key is a post-time error.
-            ctx.mrs
-                .gather(self.pd, &wr.sg_list, 0, &mut buf)
-                .map_err(|_| Error::InvalidWr("inline gather failed (bad lkey or range)"))?;
-            Some(buf)
-        } else {
-            None
-        };
-        let mut stored = wr.clone();
-        if inline {
-            stored.sg_list.clear();
-        }
-        self.sq.push_back(SendWqe {
-            wr: stored,
-            inline: inline_bytes,
-            len,
-            signaled: self.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED),
-            first_psn: Psn::new(0),
-            npkts: 0,
-            local_err: None,
-            assigned: false,
-            sent_all: false,
-        });
-        if matches!(self.state(), QpState::Err | QpState::Sqe) {
-            self.flush_sq(ctx);
-        }
-        Ok(())
-    }
-
-    /// Queues a receive WR.
-    pub(crate) fn post_recv(&mut self, ctx: &mut Ctx<'_>, wr: &RecvWr) -> Result<()> {
-        if self.srq.is_some() {
-            return Err(Error::InvalidWr("this QP receives from an SRQ: post there"));
-        }
-        if self.state() == QpState::Reset {
-            return Err(Error::InvalidState(QpState::Reset));
-        }
-        if self.rq.len() >= self.cap.max_recv_wr as usize {
-            return Err(Error::QueueFull);
-        }
-        if wr.sg_list.len() > self.cap.max_recv_sge as usize {
-            return Err(Error::TooManySge);
-        }
-        crate::mr::sge_total(&wr.sg_list).ok_or(Error::MessageTooLarge)?;
-        if self.state() == QpState::Err {
-            let wc = WorkCompletion::new(self.qpn, wr.wr_id, WcOpcode::Recv, WcStatus::WrFlushErr);
-            ctx.cqs.push(self.recv_cq, wc, ctx.counters);
-            return Ok(());
-        }
-        self.rq.push_back(wr.clone());
-        Ok(())
-    }
-
-    /// Earliest timer of this QP.
-    pub(crate) fn next_timeout(&self) -> Option<Instant> {
-        match (self.comp.timer, self.comp.rnr_until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    /// The next receive WQE: from the SRQ if the QP has one, else its own queue.
-    pub(crate) fn take_recv(&mut self, ctx: &mut Ctx<'_>) -> Option<RecvWr> {
-        match self.srq {
-            Some(id) => ctx.srqs.get_mut(id)?.queue.pop_front(),
-            None => self.rq.pop_front(),
-        }
-    }
-
-    /// Puts back a receive WQE taken for a message that was then abandoned.
-    pub(crate) fn return_recv(&mut self, ctx: &mut Ctx<'_>, wqe: RecvWr) {
-        match self.srq {
-            Some(id) => {
-                if let Some(s) = ctx.srqs.get_mut(id) {
-                    s.queue.push_front(wqe);
-                }
-            }
-            None => self.rq.push_front(wqe),
-        }
-    }
-
-    /// Whether a receive WQE is available.
-    pub(crate) fn has_recv(&self, ctx: &Ctx<'_>) -> bool {
-        match self.srq {
-            Some(id) => ctx.srqs.get(id).is_some_and(|s| !s.queue.is_empty()),
-            None => !self.rq.is_empty(),
-        }
-    }
-
-    /// The AETH credit code for the receive WQEs posted now; "no limit" (31) for a QP on
-    /// an SRQ, whose WQEs other QPs may take at any time.
-    pub(crate) fn credits(&self) -> u8 {
-        if self.srq.is_some() {
-            return ferroce_wire::Syndrome::UNLIMITED_CREDITS;
-        }
-        let n = self.rq.len() as u32;
-        ferroce_wire::aeth::CREDITS
-            .iter()
-            .rposition(|&c| c <= n)
-            .unwrap_or(0) as u8
-    }
-
-    /// Queues a responder packet; consecutive plain ACKs coalesce into the newest.
-    pub(crate) fn push_resp(&mut self, ctx: &mut Ctx<'_>, item: RespOut) {
-        if let (
-            RespOut::Ack {
-                syndrome: Syndrome::Ack { .. },
-                ..
-            },
-            Some(RespOut::Ack {
-                syndrome: Syndrome::Ack { .. },
-                ..
-            }),
-        ) = (item, self.resp.out.back())
-        {
-            if let Some(b) = self.resp.out.back_mut() {
-                *b = item;
-            }
-            return;
-        }
-        if self.resp.out.len() >= MAX_RESP_QUEUE {
-            ctx.counters.tx_queue_full += 1;
-            return;
-        }
-        if let RespOut::Ack {
-            syndrome: Syndrome::Nak(_) | Syndrome::RnrNak { .. },
-            ..
-        } = item
-        {
-            ctx.counters.naks_sent += 1;
-        }
-        self.resp.out.push_back(item);
-    }
-
-    /// Queues a NAK.
-    pub(crate) fn push_nak(&mut self, ctx: &mut Ctx<'_>, psn: Psn, code: NakCode) {
-        tracing::debug!(qpn = self.qpn, %psn, ?code, "NAK");
-        self.push_resp(
-            ctx,
-            RespOut::Ack {
-                psn,
-                syndrome: Syndrome::Nak(code),
-            },
-        );
+    /// Send WQEs posted and not completed yet.
+    pub(crate) fn sq_outstanding(&self) -> usize {
+        self.sq.len()
     }
 }
 

@@ -5,6 +5,10 @@
 //! of a message and every [`MAX_PKTS_PER_ACK`] packets, and holds back for the send
 //! window, `max_rd_atomic`, fences, SQD and RNR waits. Go-back-N is just the completer
 //! moving the requester's position back (see `Qp::rewind_to`).
+//!
+//! Sending one packet is four steps: `Qp::decide` picks the WQE and packet (or holds
+//! back), `Qp::headers` builds its headers, `Qp::payload` writes it with its payload,
+//! and `Qp::commit` advances the requester past it.
 
 use core::net::Ipv6Addr;
 
@@ -14,9 +18,92 @@ use ferroce_wire::{
 };
 
 use crate::mr::Access;
+use crate::qp::timers::Timer;
 use crate::qp::{ack_timeout, Ctx, Qp, MAX_PKTS_PER_ACK, SEND_WINDOW};
 use crate::tx::{ip_udp_len, write_ib, TxMeta};
-use crate::verbs::{QpState, QpType, WcStatus, WrOpcode};
+use crate::verbs::{QpState, QpType, SendFlags, WcStatus, WrOpcode};
+
+/// The requester's own state: where it is in the send queue and which PSNs it used.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Requester {
+    /// Index in the send queue of the WQE being sent (WQEs before it are sent and wait
+    /// for their acknowledgement).
+    idx: usize,
+    /// Bytes of that WQE already sent (READ: already requested), so a message resumes
+    /// mid-way after the window or the pacer held it.
+    offset: u32,
+    /// The PSN the next packet carries (a rewind moves it back for go-back-N).
+    next_psn: Psn,
+    /// One past the highest PSN ever sent: the end of the outstanding range, which
+    /// tells a resend from a first send and a ghost ACK from a real one.
+    first_unsent_psn: Psn,
+    /// Packets sent since the last one asking for an ACK.
+    noack_pkts: u32,
+}
+
+impl Requester {
+    /// A requester at the start of the send queue whose next packet carries `psn`.
+    pub(super) fn starting_at(psn: Psn) -> Requester {
+        Requester {
+            next_psn: psn,
+            first_unsent_psn: psn,
+            ..Requester::default()
+        }
+    }
+
+    /// Both PSNs moved to `psn` (SQ_PSN), the position in the queue kept.
+    pub(super) fn set_psn(&mut self, psn: Psn) {
+        self.next_psn = psn;
+        self.first_unsent_psn = psn;
+    }
+
+    /// The PSN the next packet carries.
+    pub(super) fn next_psn(&self) -> Psn {
+        self.next_psn
+    }
+
+    /// One past the highest PSN ever sent.
+    pub(super) fn first_unsent_psn(&self) -> Psn {
+        self.first_unsent_psn
+    }
+
+    /// Whether WQEs of a `sq_len`-long send queue wait to be sent (or resent).
+    pub(super) fn has_unsent(&self, sq_len: usize) -> bool {
+        sq_len > self.idx
+    }
+
+    /// The oldest WQE left the send queue: indices shift down by one.
+    pub(super) fn front_completed(&mut self) {
+        if self.idx > 0 {
+            self.idx -= 1;
+        } else {
+            self.offset = 0;
+        }
+    }
+}
+
+/// One request packet as `Qp::headers` builds it.
+#[derive(Debug)]
+struct Request {
+    /// The WQE's index in the send queue.
+    idx: usize,
+    /// Byte offset of this packet's payload in the message.
+    offset: u32,
+    operation: Operation,
+    payload_len: u32,
+    /// PSNs the packet consumes (a READ request: one per response packet).
+    consumed: u32,
+    /// Last (or only) packet of its message.
+    end: bool,
+    /// `None` only for a WR that should not have passed `post_send`.
+    opcode: Option<Opcode>,
+    bth: BthRepr,
+    ext: ExtRepr,
+    dst: Ipv6Addr,
+    src: Ipv6Addr,
+    traffic_class: u8,
+    flow_label: u32,
+}
 
 /// Position of packet `k` of an `n`-packet message.
 pub(crate) fn position(k: u32, n: u32) -> Position {
@@ -43,21 +130,48 @@ impl Qp {
     }
 
     /// Writes the next request packet into `buf` (IB part after the IP/UDP headers).
-    pub(crate) fn requester_tx(
+    pub(super) fn requester_tx(
         &mut self,
         ctx: &mut Ctx<'_>,
         gids: &[Ipv6Addr],
         buf: &mut [u8],
     ) -> Option<TxMeta> {
+        let idx = self.decide(ctx)?;
+        let mut req = self.headers(idx, gids)?;
+        let Some(opcode) = req.opcode else {
+            // Not reachable for WRs that passed post_send; fail the WQE rather than panic.
+            self.local_error(ctx, WcStatus::LocQpOpErr);
+            return None;
+        };
+        req.bth.opcode = opcode;
+        let hl = ip_udp_len(&req.dst);
+        let ib_len = self.payload(ctx, &req, buf.get_mut(hl..)?)?;
+        self.commit(ctx, &req);
+        Some(TxMeta {
+            dst: req.dst,
+            src: req.src,
+            traffic_class: req.traffic_class,
+            flow_label: req.flow_label,
+            sport: self.sport,
+            ib_len,
+            ecn: None,
+            paced: true,
+        })
+    }
+
+    /// Decide: the send-queue index of the WQE whose next packet goes now, or `None` to
+    /// hold back (state, RNR wait, fence, `max_rd_atomic`, SQD, send window). Starting a
+    /// message assigns its PSNs and checks its local keys.
+    fn decide(&mut self, ctx: &mut Ctx<'_>) -> Option<usize> {
         if !matches!(self.state(), QpState::Rts | QpState::Sqd) {
             return None;
         }
-        if self.comp.rnr_until.is_some() {
+        if self.timers.is_armed(Timer::RnrWait) {
             return None;
         }
         let idx = self.req.idx;
         let mtu = self.mtu();
-        let resending = self.req.psn.before(self.req.max_sent);
+        let resending = self.req.next_psn.before(self.req.first_unsent_psn);
         let wqe = self.sq.get(idx)?;
         if wqe.local_err.is_some() {
             // Waits for the WQEs before it to complete; then it fails in order.
@@ -76,7 +190,7 @@ impl Qp {
                 .take(idx)
                 .filter(|w| w.wr.opcode.is_read_or_atomic())
                 .count();
-            if wqe.wr.flags.contains(crate::verbs::SendFlags::FENCE) && earlier_rd_atomic > 0 {
+            if wqe.wr.flags.contains(SendFlags::FENCE) && earlier_rd_atomic > 0 {
                 return None;
             }
             if op.is_read_or_atomic()
@@ -101,22 +215,31 @@ impl Qp {
             } else {
                 packets(wqe.len, mtu)
             };
-            let psn = self.req.psn;
+            let psn = self.req.next_psn;
             let w = &mut self.sq[idx];
             w.first_psn = psn;
             w.npkts = npkts;
             w.assigned = true;
         }
-        if self.qp_type == QpType::Rc && self.req.psn.distance(self.comp.psn) >= SEND_WINDOW {
+        if self.qp_type == QpType::Rc
+            && self.req.next_psn.distance(self.comp.oldest_unacked_psn()) >= SEND_WINDOW
+        {
             return None;
         }
+        Some(idx)
+    }
 
+    /// Headers: the BTH and extension headers, addresses and payload length of the next
+    /// packet of WQE `idx`; `None` when it cannot be addressed (no UD destination or
+    /// source GID).
+    fn headers(&self, idx: usize, gids: &[Ipv6Addr]) -> Option<Request> {
+        let mtu = self.mtu();
         let w = &self.sq[idx];
+        let op = w.wr.opcode;
         let k = self.req.offset / mtu;
         let pos = position(k, w.npkts);
         let end = matches!(pos, Position::Last | Position::Only);
-        let psn = self.req.psn;
-        let svc = self.service();
+        let psn = self.req.next_psn;
         let mut ext = ExtRepr::default();
         let (operation, payload_len, consumed) = match op {
             WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => {
@@ -212,26 +335,44 @@ impl Qp {
             )
         };
         let src = *gids.get(usize::from(sgid_idx))?;
-        let Some(opcode) = Opcode::lookup(svc, operation, opcode_pos, imm, inv) else {
-            // Not reachable for WRs that passed post_send; fail the WQE rather than panic.
-            self.local_error(ctx, WcStatus::LocQpOpErr);
-            return None;
-        };
+        let opcode = Opcode::lookup(self.service(), operation, opcode_pos, imm, inv);
         let ack_req =
             self.qp_type == QpType::Rc && (end || self.req.noack_pkts + 1 >= MAX_PKTS_PER_ACK);
         let bth = BthRepr {
-            solicited: end && w.wr.flags.contains(crate::verbs::SendFlags::SOLICITED),
+            solicited: end && w.wr.flags.contains(SendFlags::SOLICITED),
             ack_req,
-            ..BthRepr::new(opcode, dest_qp, psn)
+            // The opcode is filled in once `opcode` is known to exist.
+            ..BthRepr::new(opcode.unwrap_or(Opcode::RC_SEND_ONLY), dest_qp, psn)
         };
-        let hl = ip_udp_len(&dst);
-        let offset = self.req.offset;
-        let pd = self.pd;
-        let res = write_ib(
-            buf.get_mut(hl..)?,
+        Some(Request {
+            idx,
+            offset: self.req.offset,
+            operation,
+            payload_len,
+            consumed,
+            end,
+            opcode,
             bth,
             ext,
-            payload_len as usize,
+            dst,
+            src,
+            traffic_class: tc,
+            flow_label: flow,
+        })
+    }
+
+    /// Payload: writes the packet into `out` (IB headers, then the payload gathered
+    /// from registered memory or the inline copy); returns its IB length. A gather
+    /// failure is a local protection error of the WQE.
+    fn payload(&mut self, ctx: &mut Ctx<'_>, req: &Request, out: &mut [u8]) -> Option<usize> {
+        let w = &self.sq[req.idx];
+        let offset = req.offset;
+        let pd = self.pd;
+        let res = write_ib(
+            out,
+            req.bth,
+            req.ext,
+            req.payload_len as usize,
             |out| match &w.inline {
                 Some(data) => {
                     let s = offset as usize;
@@ -241,69 +382,72 @@ impl Qp {
                 None => ctx.mrs.gather(pd, &w.wr.sg_list, u64::from(offset), out),
             },
         );
-        let ib_len = match res {
-            Ok(Some(n)) => n,
-            Ok(None) => return None,
+        match res {
+            Ok(Some(n)) => Some(n),
+            Ok(None) => None,
             Err(e) => {
                 tracing::debug!(qpn = self.qpn, %e, "gather failed");
                 self.local_error(ctx, WcStatus::LocProtErr);
-                return None;
+                None
             }
-        };
+        }
+    }
 
-        // Committed: advance.
-        if psn.before(self.req.max_sent) {
+    /// Commit: the packet is written, so the requester moves past it (PSN, position,
+    /// ACK request count), the ACK timeout is armed (RC), and an unacknowledged service
+    /// completes the WQE once its last packet is out.
+    fn commit(&mut self, ctx: &mut Ctx<'_>, req: &Request) {
+        let psn = req.bth.psn;
+        if psn.before(self.req.first_unsent_psn) {
             ctx.counters.retransmitted_pkts += 1;
-        } else if offset == 0
-            && matches!(operation, Operation::RdmaWrite | Operation::RdmaReadRequest)
+        } else if req.offset == 0
+            && matches!(
+                req.operation,
+                Operation::RdmaWrite | Operation::RdmaReadRequest
+            )
         {
             ctx.counters.rdma_sends += 1;
         }
-        self.req.noack_pkts = if ack_req { 0 } else { self.req.noack_pkts + 1 };
-        self.req.psn = psn.add(consumed);
-        if self.req.psn.after(self.req.max_sent) {
-            self.req.max_sent = self.req.psn;
+        self.req.noack_pkts = if req.bth.ack_req {
+            0
+        } else {
+            self.req.noack_pkts + 1
+        };
+        self.req.next_psn = psn.add(req.consumed);
+        if self.req.next_psn.after(self.req.first_unsent_psn) {
+            self.req.first_unsent_psn = self.req.next_psn;
         }
+        let idx = req.idx;
         let len = self.sq[idx].len;
-        if end || operation == Operation::RdmaReadRequest {
+        if req.end || req.operation == Operation::RdmaReadRequest {
             self.sq[idx].sent_all = true;
             self.req.idx += 1;
             self.req.offset = 0;
         } else {
-            self.req.offset += payload_len;
+            self.req.offset += req.payload_len;
             debug_assert!(self.req.offset < len);
         }
         match self.qp_type {
             QpType::Rc => {
-                if self.comp.timer.is_none() {
+                if !self.timers.is_armed(Timer::AckTimeout) {
                     if let Some(t) = ack_timeout(self.attr.timeout) {
-                        self.comp.timer = Some(ctx.now + t);
+                        self.timers.set(Timer::AckTimeout, Some(ctx.now + t));
                     }
                 }
             }
             // Unacknowledged services complete a WQE once its last packet is out.
             QpType::Uc | QpType::Ud => {
-                if end {
-                    self.comp.psn = self.req.psn;
+                if req.end {
+                    self.comp.set_oldest_unacked_psn(self.req.next_psn);
                     self.complete_front(ctx, WcStatus::Success);
                 }
             }
         }
-        Some(TxMeta {
-            dst,
-            src,
-            traffic_class: tc,
-            flow_label: flow,
-            sport: self.sport,
-            ib_len,
-            ecn: None,
-            paced: true,
-        })
     }
 
     /// The WQE at the requester's position failed locally: it will complete with
     /// `status` once everything before it has, then the QP enters ERR (RC) or SQE.
-    pub(crate) fn local_error(&mut self, ctx: &mut Ctx<'_>, status: WcStatus) {
+    pub(super) fn local_error(&mut self, ctx: &mut Ctx<'_>, status: WcStatus) {
         if let Some(w) = self.sq.get_mut(self.req.idx) {
             w.local_err = Some(status);
         }
@@ -311,7 +455,7 @@ impl Qp {
     }
 
     /// Completes a locally failed WQE once it is the oldest one.
-    pub(crate) fn complete_local_errors(&mut self, ctx: &mut Ctx<'_>) {
+    pub(super) fn complete_local_errors(&mut self, ctx: &mut Ctx<'_>) {
         if let Some(status) = self.sq.front().and_then(|w| w.local_err) {
             self.complete_front(ctx, status);
             if self.qp_type == QpType::Rc {
@@ -323,7 +467,7 @@ impl Qp {
     }
 
     /// Moves the requester back (or forward) to resend from `psn`: go-back-N.
-    pub(crate) fn rewind_to(&mut self, psn: Psn) {
+    pub(super) fn rewind_to(&mut self, psn: Psn) {
         let mtu = self.mtu();
         let mut i = 0;
         while i < self.sq.len() {
@@ -338,16 +482,16 @@ impl Qp {
             let k = psn.distance(w.first_psn).max(0) as u32;
             self.req.idx = i;
             self.req.offset = (k * mtu).min(w.len);
-            self.req.psn = w.first_psn.add(k);
+            self.req.next_psn = w.first_psn.add(k);
             if self.req.offset == 0 {
-                self.req.psn = w.first_psn;
+                self.req.next_psn = w.first_psn;
             }
             self.req.noack_pkts = 0;
             return;
         }
         self.req.idx = i;
         self.req.offset = 0;
-        self.req.psn = psn;
+        self.req.next_psn = psn;
         self.req.noack_pkts = 0;
     }
 }

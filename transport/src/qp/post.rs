@@ -1,0 +1,127 @@
+//! Posting work requests: every check `ibv_post_send` / `ibv_post_recv` make before a
+//! WR is queued, and the inline copy taken at post time.
+
+use core::net::Ipv6Addr;
+
+use ferroce_wire::Psn;
+
+use crate::error::{Error, Result};
+use crate::qp::{check_av, Ctx, Qp, SendWqe};
+use crate::verbs::{
+    Mtu, QpState, QpType, RecvWr, SendFlags, SendWr, WcOpcode, WcStatus, WorkCompletion,
+};
+
+impl Qp {
+    /// Queues a send WR (the endpoint checked the QP state allows it).
+    pub(crate) fn post_send(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        wr: &SendWr,
+        gids: &[Ipv6Addr],
+        port_mtu: Mtu,
+    ) -> Result<()> {
+        use crate::verbs::WrOpcode as Op;
+        match self.state() {
+            QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => {}
+            s => return Err(Error::InvalidState(s)),
+        }
+        if self.sq.len() >= self.cap.max_send_wr as usize {
+            return Err(Error::QueueFull);
+        }
+        let inline = wr.flags.contains(SendFlags::INLINE);
+        if wr.sg_list.len() > self.cap.max_send_sge as usize && !inline {
+            return Err(Error::TooManySge);
+        }
+        let len = crate::mr::sge_total(&wr.sg_list).ok_or(Error::MessageTooLarge)?;
+        if len > 1 << 31 {
+            return Err(Error::MessageTooLarge);
+        }
+        match (self.qp_type, wr.opcode) {
+            (QpType::Ud, Op::Send | Op::SendWithImm) => {
+                let ud = wr
+                    .ud
+                    .as_ref()
+                    .ok_or(Error::InvalidWr("UD send without a destination"))?;
+                check_av(&ud.av, gids)?;
+                if ud.dest_qpn > 0xff_ffff {
+                    return Err(Error::InvalidWr("dest_qpn"));
+                }
+                if len > port_mtu.bytes() {
+                    return Err(Error::MessageTooLarge);
+                }
+            }
+            (QpType::Ud, _) => return Err(Error::InvalidWr("opcode not supported on UD")),
+            (QpType::Uc, op) if op.is_read_or_atomic() || op == Op::SendWithInv => {
+                return Err(Error::InvalidWr("opcode not supported on UC"))
+            }
+            _ => {}
+        }
+        if wr.opcode.is_atomic() {
+            if len != 8 || wr.sg_list.len() != 1 {
+                return Err(Error::InvalidWr("atomics take one 8-byte SGE"));
+            }
+            if wr.remote_addr % 8 != 0 {
+                return Err(Error::InvalidWr("atomic remote address not 8-byte aligned"));
+            }
+        }
+        let inline_bytes = if inline {
+            if wr.opcode.is_read_or_atomic() {
+                return Err(Error::InvalidWr("inline READ or atomic"));
+            }
+            if len > self.cap.max_inline_data {
+                return Err(Error::InlineTooLarge);
+            }
+            let mut buf = vec![0u8; len as usize];
+            // Inline data is gathered now; a bad key is a post-time error.
+            ctx.mrs
+                .gather(self.pd, &wr.sg_list, 0, &mut buf)
+                .map_err(|_| Error::InvalidWr("inline gather failed (bad lkey or range)"))?;
+            Some(buf)
+        } else {
+            None
+        };
+        let mut stored = wr.clone();
+        if inline {
+            stored.sg_list.clear();
+        }
+        self.sq.push_back(SendWqe {
+            wr: stored,
+            inline: inline_bytes,
+            len,
+            signaled: self.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED),
+            first_psn: Psn::new(0),
+            npkts: 0,
+            local_err: None,
+            assigned: false,
+            sent_all: false,
+        });
+        if matches!(self.state(), QpState::Err | QpState::Sqe) {
+            self.flush_sq(ctx);
+        }
+        Ok(())
+    }
+
+    /// Queues a receive WR.
+    pub(crate) fn post_recv(&mut self, ctx: &mut Ctx<'_>, wr: &RecvWr) -> Result<()> {
+        if self.srq.is_some() {
+            return Err(Error::InvalidWr("this QP receives from an SRQ: post there"));
+        }
+        if self.state() == QpState::Reset {
+            return Err(Error::InvalidState(QpState::Reset));
+        }
+        if self.rq.len() >= self.cap.max_recv_wr as usize {
+            return Err(Error::QueueFull);
+        }
+        if wr.sg_list.len() > self.cap.max_recv_sge as usize {
+            return Err(Error::TooManySge);
+        }
+        crate::mr::sge_total(&wr.sg_list).ok_or(Error::MessageTooLarge)?;
+        if self.state() == QpState::Err {
+            let wc = WorkCompletion::new(self.qpn, wr.wr_id, WcOpcode::Recv, WcStatus::WrFlushErr);
+            ctx.cqs.push(self.recv_cq, wc, ctx.counters);
+            return Ok(());
+        }
+        self.rq.push_back(wr.clone());
+        Ok(())
+    }
+}

@@ -1,0 +1,287 @@
+//! Executing the expected request: the opcode sequence and length rules, then one
+//! function per operation (`execute_send`, `execute_write`, `execute_read`,
+//! `execute_atomic`) sharing one QP access check, one R_Key check and one MSN advance.
+
+use ferroce_wire::{NakCode, Operation, Position};
+
+use super::{InMsg, Refuse, Resource, RespOut, INVALID_REQUEST};
+use crate::mr::{sge_total, Access, AtomicOp, KeyKind};
+use crate::qp::requester::packets;
+use crate::qp::{Ctx, Qp, Rx};
+use crate::verbs::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+
+impl Qp {
+    /// Opcode sequence and length rules shared by RC and UC.
+    pub(super) fn check_sequence(&self, rx: &Rx<'_>) -> Result<(), Refuse> {
+        let op = rx.bth.opcode;
+        let pos = op.position();
+        let inv = Refuse::Nak(NakCode::InvalidRequest, None);
+        let in_send = matches!(self.resp.cur, Some(InMsg::Send { .. }));
+        let in_write = matches!(self.resp.cur, Some(InMsg::Write { .. }));
+        let continues = matches!(pos, Position::Middle | Position::Last);
+        let ok = match (in_send, in_write) {
+            (true, _) => op.operation() == Operation::Send && continues,
+            (_, true) => op.operation() == Operation::RdmaWrite && continues,
+            _ => !continues,
+        };
+        if !ok {
+            return Err(inv);
+        }
+        let mtu = self.mtu() as usize;
+        let n = rx.payload.len();
+        let len_ok = match pos {
+            Position::Only => n <= mtu,
+            Position::First | Position::Middle => n == mtu,
+            Position::Last => (1..=mtu).contains(&n),
+        };
+        if !len_ok && op.has_payload() {
+            return Err(inv);
+        }
+        Ok(())
+    }
+
+    /// Executes the expected request. On success the responder state moved on (READ
+    /// and atomic also advance the expected PSN and queue their responses).
+    pub(super) fn execute(&mut self, ctx: &mut Ctx<'_>, rx: &Rx<'_>) -> Result<(), Refuse> {
+        self.check_sequence(rx)?;
+        match rx.bth.opcode.operation() {
+            Operation::Send => self.execute_send(ctx, rx),
+            Operation::RdmaWrite => self.execute_write(ctx, rx),
+            Operation::RdmaReadRequest => self.execute_read(ctx, rx),
+            Operation::CompareSwap | Operation::FetchAdd => self.execute_atomic(ctx, rx),
+            _ => Err(INVALID_REQUEST),
+        }
+    }
+
+    /// The QP's access flags allow remote `right` (else an invalid request).
+    fn qp_allows(&self, right: Access) -> Result<(), Refuse> {
+        if self.attr.qp_access_flags.contains(right) {
+            Ok(())
+        } else {
+            Err(INVALID_REQUEST)
+        }
+    }
+
+    /// The one R_Key check of WRITE and READ: `rkey` grants `right` over `len` bytes at
+    /// `va` in this QP's PD. A zero-length request names no memory and is not checked
+    /// (C9-88).
+    fn check_rkey(
+        &self,
+        ctx: &Ctx<'_>,
+        rkey: u32,
+        va: u64,
+        len: u32,
+        right: Access,
+    ) -> Result<(), Refuse> {
+        if len == 0 {
+            return Ok(());
+        }
+        ctx.mrs
+            .check(rkey, KeyKind::Remote, self.pd, va, u64::from(len), right)
+            .map(|_| ())
+            .map_err(|e| {
+                tracing::debug!(qpn = self.qpn, %e, ?right, "remote access refused");
+                Refuse::Nak(NakCode::RemoteAccessError, None)
+            })
+    }
+
+    /// SEND: places the payload in the receive WQE (taken at the first packet) and
+    /// completes it at the last.
+    fn execute_send(&mut self, ctx: &mut Ctx<'_>, rx: &Rx<'_>) -> Result<(), Refuse> {
+        let pos = rx.bth.opcode.position();
+        let end = matches!(pos, Position::Last | Position::Only);
+        if matches!(pos, Position::First | Position::Only) {
+            let wqe = self.take_recv(ctx).ok_or(Refuse::Rnr)?;
+            self.resp.cur = Some(InMsg::Send { wqe, offset: 0 });
+        }
+        let Some(InMsg::Send { wqe, offset }) = &mut self.resp.cur else {
+            return Err(INVALID_REQUEST);
+        };
+        let total = sge_total(&wqe.sg_list).unwrap_or(0);
+        let n = rx.payload.len() as u32;
+        if offset.checked_add(n).is_none_or(|e| e > total) {
+            return Err(Refuse::Nak(
+                NakCode::InvalidRequest,
+                Some(WcStatus::LocLenErr),
+            ));
+        }
+        if let Err(e) = ctx
+            .mrs
+            .scatter(self.pd, &wqe.sg_list, u64::from(*offset), rx.payload)
+        {
+            tracing::debug!(qpn = self.qpn, %e, "receive WQE scatter failed");
+            return Err(Refuse::Nak(
+                NakCode::RemoteOperationalError,
+                Some(WcStatus::LocProtErr),
+            ));
+        }
+        *offset += n;
+        if !end {
+            return Ok(());
+        }
+        let mut flags = WcFlags::empty();
+        let mut inv_rkey = 0;
+        if let Some(ieth) = rx.ext.ieth {
+            if let Err(e) = ctx.mrs.invalidate(self.pd, ieth.rkey) {
+                tracing::debug!(qpn = self.qpn, %e, "invalidate failed");
+                return Err(Refuse::Nak(
+                    NakCode::InvalidRequest,
+                    Some(WcStatus::RemInvReqErr),
+                ));
+            }
+            flags |= WcFlags::WITH_INV;
+            inv_rkey = ieth.rkey;
+        }
+        let Some(InMsg::Send { wqe, offset }) = self.resp.cur.take() else {
+            return Err(INVALID_REQUEST);
+        };
+        let mut wc = WorkCompletion::new(self.qpn, wqe.wr_id, WcOpcode::Recv, WcStatus::Success);
+        wc.byte_len = offset;
+        if let Some(imm) = rx.ext.immdt {
+            flags |= WcFlags::WITH_IMM;
+            wc.imm_data = imm.imm;
+        }
+        wc.invalidated_rkey = inv_rkey;
+        wc.wc_flags = flags;
+        ctx.cqs.push(self.recv_cq, wc, ctx.counters);
+        self.resp.advance_msn();
+        Ok(())
+    }
+
+    /// RDMA WRITE: checks the R_Key at the first packet, places every packet's payload,
+    /// and with immediate data completes a receive WQE at the last.
+    fn execute_write(&mut self, ctx: &mut Ctx<'_>, rx: &Rx<'_>) -> Result<(), Refuse> {
+        let pos = rx.bth.opcode.position();
+        let end = matches!(pos, Position::Last | Position::Only);
+        if matches!(pos, Position::First | Position::Only) {
+            self.qp_allows(Access::REMOTE_WRITE)?;
+            let reth = rx.ext.reth.ok_or(INVALID_REQUEST)?;
+            self.check_rkey(ctx, reth.rkey, reth.va, reth.dma_len, Access::REMOTE_WRITE)?;
+            self.resp.cur = Some(InMsg::Write {
+                va: reth.va,
+                rkey: reth.rkey,
+                resid: reth.dma_len,
+                total: reth.dma_len,
+            });
+        }
+        let Some(InMsg::Write {
+            va,
+            rkey,
+            resid,
+            total,
+        }) = self.resp.cur.clone()
+        else {
+            return Err(INVALID_REQUEST);
+        };
+        let n = rx.payload.len() as u32;
+        if n > resid || (end && n != resid) {
+            return Err(INVALID_REQUEST);
+        }
+        // WRITE with immediate consumes a receive WQE: check before placing data.
+        if end && rx.ext.immdt.is_some() && !self.has_recv(ctx) {
+            return Err(Refuse::Rnr);
+        }
+        if n > 0 {
+            let at = va.wrapping_add(u64::from(total - resid));
+            ctx.mrs
+                .write(
+                    rkey,
+                    KeyKind::Remote,
+                    self.pd,
+                    at,
+                    Access::REMOTE_WRITE,
+                    rx.payload,
+                )
+                .map_err(|_| Refuse::Nak(NakCode::RemoteAccessError, None))?;
+        }
+        if let Some(InMsg::Write { resid, .. }) = &mut self.resp.cur {
+            *resid -= n;
+        }
+        if !end {
+            return Ok(());
+        }
+        self.resp.cur = None;
+        ctx.counters.rdma_recvs += 1;
+        if let Some(imm) = rx.ext.immdt {
+            if let Some(wqe) = self.take_recv(ctx) {
+                let mut wc = WorkCompletion::new(
+                    self.qpn,
+                    wqe.wr_id,
+                    WcOpcode::RecvRdmaWithImm,
+                    WcStatus::Success,
+                );
+                wc.byte_len = total;
+                wc.imm_data = imm.imm;
+                wc.wc_flags = WcFlags::WITH_IMM;
+                ctx.cqs.push(self.recv_cq, wc, ctx.counters);
+            }
+        }
+        self.resp.advance_msn();
+        Ok(())
+    }
+
+    /// RDMA READ request: checks it, keeps it as a resource and queues its responses
+    /// (sent by `responder_tx`); the expected PSN skips one per response packet.
+    fn execute_read(&mut self, ctx: &mut Ctx<'_>, rx: &Rx<'_>) -> Result<(), Refuse> {
+        self.qp_allows(Access::REMOTE_READ)?;
+        let reth = rx.ext.reth.ok_or(INVALID_REQUEST)?;
+        if self.resp.active_reads() >= usize::from(self.attr.max_dest_rd_atomic) {
+            return Err(INVALID_REQUEST);
+        }
+        self.check_rkey(ctx, reth.rkey, reth.va, reth.dma_len, Access::REMOTE_READ)?;
+        let psn = rx.bth.psn;
+        let n = packets(reth.dma_len, self.mtu());
+        let last_psn = psn.add(n - 1);
+        let age = self.resp.next_age();
+        let slot = self.resp.free_resource();
+        self.resp.res[slot] = Resource::Read {
+            first_psn: psn,
+            last_psn,
+            start_psn: psn,
+            va: reth.va,
+            rkey: reth.rkey,
+            len: reth.dma_len,
+            next_psn: psn,
+            pending: true,
+            age,
+        };
+        self.push_resp(ctx, RespOut::Read { res: slot });
+        self.resp.expected_psn = last_psn.add(1);
+        self.resp.advance_msn();
+        ctx.counters.rdma_recvs += 1;
+        Ok(())
+    }
+
+    /// Atomic: executes it once (the memory table checks the R_Key and alignment),
+    /// caches the original value for duplicates and queues the atomic ACK.
+    fn execute_atomic(&mut self, ctx: &mut Ctx<'_>, rx: &Rx<'_>) -> Result<(), Refuse> {
+        self.qp_allows(Access::REMOTE_ATOMIC)?;
+        let a = rx.ext.atomic_eth.ok_or(INVALID_REQUEST)?;
+        if self.resp.active_reads() >= usize::from(self.attr.max_dest_rd_atomic) {
+            return Err(INVALID_REQUEST);
+        }
+        if a.va % 8 != 0 {
+            return Err(INVALID_REQUEST);
+        }
+        let aop = if rx.bth.opcode.operation() == Operation::CompareSwap {
+            AtomicOp::CmpSwp {
+                compare: a.compare,
+                swap: a.swap_add,
+            }
+        } else {
+            AtomicOp::FetchAdd(a.swap_add)
+        };
+        let orig = ctx.mrs.atomic(a.rkey, self.pd, a.va, aop).map_err(|e| {
+            tracing::debug!(qpn = self.qpn, %e, "atomic refused");
+            Refuse::Nak(NakCode::RemoteAccessError, None)
+        })?;
+        let psn = rx.bth.psn;
+        let age = self.resp.next_age();
+        let slot = self.resp.free_resource();
+        self.resp.res[slot] = Resource::Atomic { psn, orig, age };
+        self.push_resp(ctx, RespOut::AtomicAck { psn, orig });
+        self.resp.expected_psn = psn.add(1);
+        self.resp.advance_msn();
+        Ok(())
+    }
+}

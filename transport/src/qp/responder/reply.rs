@@ -1,0 +1,146 @@
+//! Sending what the responder owes: ACKs and NAKs, atomic ACKs and READ responses
+//! (read from registered memory as they go out), in the order they were queued.
+
+use core::net::Ipv6Addr;
+
+use ferroce_wire::{
+    AethRepr, AtomicAckEthRepr, BthRepr, ExtRepr, NakCode, Opcode, Operation, Position, Service,
+    Syndrome,
+};
+
+use super::{Resource, RespOut};
+use crate::mr::{Access, KeyKind};
+use crate::qp::requester::{packets, position};
+use crate::qp::{Ctx, Qp};
+use crate::tx::{ip_udp_len, write_ib, TxMeta};
+use crate::verbs::{QpState, QpType};
+
+impl Qp {
+    /// Writes the next responder packet (ACK, NAK, read response, atomic ACK). READ
+    /// responses wait while `allow_paced` is false (the QP's DCQCN pacer holds them).
+    pub(in crate::qp) fn responder_tx(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        gids: &[Ipv6Addr],
+        buf: &mut [u8],
+        allow_paced: bool,
+    ) -> Option<TxMeta> {
+        if self.qp_type != QpType::Rc || self.state() == QpState::Reset {
+            return None;
+        }
+        let item = *self.resp.out.front()?;
+        let paced = matches!(item, RespOut::Read { .. });
+        if paced && !allow_paced {
+            return None;
+        }
+        let av = self.attr.av;
+        let src = *gids.get(usize::from(av.sgid_index))?;
+        let hl = ip_udp_len(&av.dest_gid);
+        let dest_qp = self.attr.dest_qp_num;
+        let msn = self.resp.msn;
+        let ack = |syndrome| AethRepr { syndrome, msn };
+        let credits = Syndrome::Ack {
+            credits: self.credits(),
+        };
+        let out = buf.get_mut(hl..)?;
+        let ib_len = match item {
+            RespOut::Ack { psn, syndrome } => {
+                self.resp.out.pop_front();
+                let syndrome = match syndrome {
+                    Syndrome::Ack { .. } => credits,
+                    s => s,
+                };
+                let ext = ExtRepr {
+                    aeth: Some(ack(syndrome)),
+                    ..Default::default()
+                };
+                let bth = BthRepr::new(Opcode::RC_ACKNOWLEDGE, dest_qp, psn);
+                write_ib(out, bth, ext, 0, |_| Ok::<(), ()>(())).ok()??
+            }
+            RespOut::AtomicAck { psn, orig } => {
+                self.resp.out.pop_front();
+                let ext = ExtRepr {
+                    aeth: Some(ack(credits)),
+                    atomic_ack_eth: Some(AtomicAckEthRepr { orig }),
+                    ..Default::default()
+                };
+                let bth = BthRepr::new(Opcode::RC_ATOMIC_ACKNOWLEDGE, dest_qp, psn);
+                write_ib(out, bth, ext, 0, |_| Ok::<(), ()>(())).ok()??
+            }
+            RespOut::Read { res } => {
+                let Some(Resource::Read {
+                    start_psn,
+                    va,
+                    rkey,
+                    len,
+                    next_psn,
+                    pending: true,
+                    ..
+                }) = self.resp.res.get(res).copied()
+                else {
+                    self.resp.out.pop_front();
+                    return self.responder_tx(ctx, gids, buf, allow_paced);
+                };
+                let mtu = self.mtu();
+                let n = packets(len, mtu);
+                let k = next_psn.distance(start_psn).max(0) as u32;
+                let pos = position(k, n);
+                let off = k * mtu;
+                let plen = (len - off.min(len)).min(mtu);
+                let mut ext = ExtRepr::default();
+                if pos != Position::Middle {
+                    ext.aeth = Some(ack(credits));
+                }
+                let opcode =
+                    Opcode::lookup(Service::Rc, Operation::RdmaReadResponse, pos, false, false)?;
+                let bth = BthRepr::new(opcode, dest_qp, next_psn);
+                let pd = self.pd;
+                let at = va.wrapping_add(u64::from(off));
+                let r = write_ib(out, bth, ext, plen as usize, |o| {
+                    if o.is_empty() {
+                        // A zero-length READ names no memory: its R_Key and VA were not
+                        // checked (C9-88) and are not used.
+                        return Ok(());
+                    }
+                    ctx.mrs
+                        .read(rkey, KeyKind::Remote, pd, at, Access::REMOTE_READ, o)
+                });
+                match r {
+                    Ok(Some(n)) => {
+                        let done = matches!(pos, Position::Last | Position::Only);
+                        if let Some(Resource::Read {
+                            next_psn, pending, ..
+                        }) = self.resp.res.get_mut(res)
+                        {
+                            *next_psn = next_psn.add(1);
+                            *pending = !done;
+                        }
+                        if done {
+                            self.resp.out.pop_front();
+                        }
+                        n
+                    }
+                    Ok(None) => return None,
+                    Err(e) => {
+                        // The region changed under a READ in progress.
+                        tracing::debug!(qpn = self.qpn, %e, "read response source gone");
+                        self.enter_error(ctx);
+                        self.push_nak(ctx, next_psn, NakCode::RemoteAccessError);
+                        // Send the NAK now: `None` would tell the caller nothing is queued.
+                        return self.responder_tx(ctx, gids, buf, allow_paced);
+                    }
+                }
+            }
+        };
+        Some(TxMeta {
+            dst: av.dest_gid,
+            src,
+            traffic_class: av.traffic_class,
+            flow_label: av.flow_label,
+            sport: self.sport,
+            ib_len,
+            ecn: None,
+            paced,
+        })
+    }
+}
