@@ -32,7 +32,7 @@ pub use packet::{LinkError, PacketLink};
 
 /// A link that carries Ethernet frames.
 pub trait Link: Send + Sync + 'static {
-    /// The port's own MAC address.
+    /// The link's own MAC address.
     fn mac(&self) -> [u8; 6];
     /// Sends one frame; `Ok(false)` when the link is momentarily full.
     fn send(&self, frame: &[u8]) -> io::Result<bool>;

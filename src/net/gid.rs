@@ -1,4 +1,4 @@
-//! The GID table: a port's addresses as RoCE v2 GIDs, indexed as rxe presents them.
+//! The GID table: an interface's addresses as RoCE v2 GIDs, indexed as rxe presents them.
 //!
 //! ferroce uses the interface's own addresses, so there is no second address to configure.
 //! IPv4 addresses appear IPv4-mapped (`::ffff:a.b.c.d`). The IPv6 link-local address, when
@@ -18,7 +18,7 @@ pub struct GidEntry {
     pub addr: IpAddr,
 }
 
-/// The GID table of one port.
+/// The GID table of one interface (IB port 1 of its device).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GidTable {
     entries: Vec<GidEntry>,
