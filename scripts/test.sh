@@ -13,7 +13,7 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 need_pkgs=""
 command -v tshark >/dev/null 2>&1 || need_pkgs="$need_pkgs tshark"
-# A TrueType font for the DCQCN test's plot (examples/dcqcn_report.rs).
+# A TrueType font for the DCQCN test's plot (cli/examples/dcqcn_report.rs).
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_pkgs="$need_pkgs fonts-dejavu-core"
 if [ -n "$need_pkgs" ]; then
   echo "[test] installing:$need_pkgs"

@@ -2,13 +2,13 @@
 //!
 //! The packet formats live in [`ferroce_wire`] (re-exported as [`wire`]), the sans-IO
 //! InfiniBand transport in [`ferroce_transport`] (re-exported as [`transport`]); this crate
-//! adds packet captures, the decoder and the command-line interface.
+//! adds the link layer (AF_PACKET I/O, neighbour resolution), the driver thread, the
+//! verbs API and packet captures. The command-line tool is the `ferroce-cli` package
+//! (`cli/`).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod apps;
 pub mod capture;
-pub mod decode;
 pub mod driver;
 pub mod net;
 pub mod port;

@@ -18,7 +18,7 @@ root=$(cd "$here/.." && pwd)
 mode=${1:-full}
 out=$root/target/system
 rm -rf "$out"; mkdir -p "$out"
-(cd "$root" && cargo build --release --quiet --bin ferroce --example dcqcn_report) || exit 1
+(cd "$root" && cargo build --release --quiet -p ferroce-cli --bin ferroce --example dcqcn_report) || exit 1
 bin=${CARGO_TARGET_DIR:-$root/target}/release/ferroce
 "$here/interop/rxe-vm/build.sh" >"$out/build.log" 2>&1 || { cat "$out/build.log"; exit 1; }
 

@@ -30,7 +30,11 @@ fn missing_and_non_pcap_files() {
         err.contains("cannot read capture") && err.contains("No such file"),
         "{err}"
     );
-    let (code, err) = fails(&["decode", file!()]);
+    // This source file: it exists and is not a capture.
+    let (code, err) = fails(&[
+        "decode",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cli_errors.rs"),
+    ]);
     assert_eq!(code, 2);
     assert!(
         err.contains("not a pcap or pcapng capture") && err.contains("give a .pcap"),

@@ -7,8 +7,8 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ferroce::apps::perftest::{self, AtomicOp, Conn, Options, Outcome, PerfError, Test};
 use ferroce::verbs::Context;
+use ferroce_cli::apps::perftest::{self, AtomicOp, Conn, Options, Outcome, PerfError, Test};
 
 /// One run at a time: each brings up two driver threads.
 static SERIAL: Mutex<()> = Mutex::new(());

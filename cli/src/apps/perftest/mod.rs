@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use ferroce_transport::{WcStatus, WorkCompletion};
 
-use crate::verbs::{CompletionQueue, Context, Error as VerbsError};
 use exchange::{Control, ExchangeError, KeyMsg, Script};
+use ferroce::verbs::{CompletionQueue, Context, Error as VerbsError};
 use resources::Resources;
 
 pub use exchange::BwReport;
