@@ -6,6 +6,7 @@
 //! verbs API and packet captures. The command-line tool is the `ferroce-cli` package
 //! (`cli/`).
 
+#![allow(missing_docs)] // TODO(architecture): remove once documented
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod capture;

@@ -47,6 +47,7 @@
 //! # Ok::<(), ferroce_transport::Error>(())
 //! ```
 
+#![allow(missing_docs)] // TODO(architecture): remove once documented
 #![forbid(unsafe_code)]
 #![warn(missing_debug_implementations)]
 
