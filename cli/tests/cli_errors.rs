@@ -1,4 +1,8 @@
 //! User mistakes get one clear line on stderr that says what to do, and a non-zero exit.
+//!
+//! The tests that need an Ethernet interface or root are `#[ignore]`d; tests/system.sh,
+//! which runs as root, runs them with `cargo test -p ferroce-cli --test cli_errors --
+//! --ignored`.
 
 use std::process::{Command, Output};
 
@@ -89,12 +93,11 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
+// Needs an interface; as root also `setpriv`. tests/system.sh runs it (`-- --ignored`).
 #[test]
+#[ignore = "needs an Ethernet interface"]
 fn no_raw_socket_permission() {
-    let Some(ifname) = ethernet_interface() else {
-        eprintln!("no Ethernet interface: nothing to test");
-        return;
-    };
+    let ifname = ethernet_interface().expect("this test needs an Ethernet interface");
     let bin = env!("CARGO_BIN_EXE_ferroce");
     // As root, drop to an unprivileged user (setpriv is in util-linux); otherwise run as is.
     let out = if is_root() {
@@ -126,13 +129,12 @@ fn no_raw_socket_permission() {
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
 
+// tests/system.sh runs it as root (`-- --ignored`).
 #[test]
+#[ignore = "needs root and an Ethernet interface"]
 fn unreachable_server_and_busy_port() {
-    if !is_root() || ethernet_interface().is_none() {
-        eprintln!("needs root and an Ethernet interface: skipped");
-        return;
-    }
-    let ifname = ethernet_interface().unwrap();
+    assert!(is_root(), "this test needs root (CAP_NET_RAW)");
+    let ifname = ethernet_interface().expect("this test needs an Ethernet interface");
     // Nobody listens on this port: the out-of-band connection is refused.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = closed.local_addr().unwrap().port().to_string();
