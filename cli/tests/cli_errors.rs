@@ -1,7 +1,7 @@
 //! User mistakes get one clear line on stderr that says what to do, and a non-zero exit.
 //!
 //! The tests that need an Ethernet interface or root are `#[ignore]`d; tests/system.sh,
-//! which runs as root, runs them with `cargo test -p ferroce-cli --test cli_errors --
+//! which runs as root, runs them with `cargo test --workspace --release --tests --
 //! --ignored`.
 
 use std::process::{Command, Output};
