@@ -6,6 +6,10 @@
 
 use std::process::{Command, Output};
 
+mod common;
+
+use common::refusing_port;
+
 fn ferroce(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ferroce"))
         .args(args)
@@ -135,10 +139,9 @@ fn no_raw_socket_permission() {
 fn unreachable_server_and_busy_port() {
     assert!(is_root(), "this test needs root (CAP_NET_RAW)");
     let ifname = ethernet_interface().expect("this test needs an Ethernet interface");
-    // Nobody listens on this port: the out-of-band connection is refused.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = closed.local_addr().unwrap().port().to_string();
-    drop(closed);
+    // Nobody listens on this port (held, bound, not listening): the connection is refused.
+    let (_held, port) = refusing_port();
+    let port = port.to_string();
     let out = ferroce(&["rc-pingpong", "-d", &ifname, "-p", &port, "127.0.0.1"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
