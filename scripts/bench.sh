@@ -24,14 +24,14 @@ what=${1:-all}
 case $what in vm|host|memory|all) ;; *) echo "usage: scripts/bench.sh [vm|host|memory|all]" >&2; exit 2 ;; esac
 if [ "$what" = memory ] || [ "$what" = all ]; then
   echo "[bench] resident memory per QP (in-memory wire, no privileges needed)"
-  (cd "$root" && cargo run --release --quiet --example qp_memory -- 1 100 10000) || exit 1
+  (cd "$root" && cargo run --release --quiet -p ferroce --example qp_memory -- 1 100 10000) || exit 1
   [ "$what" = memory ] && exit 0
 fi
 [ "$(id -u)" = 0 ] || { echo "scripts/bench.sh needs root (network namespaces, the VM's rxe); run it with sudo" >&2; exit 2; }
 MTUS=${MTUS:-1500 9000} DURATION=${DURATION:-8} REPEAT=${REPEAT:-3}
 out=$root/target/bench; mkdir -p "$out"   # each part replaces only its own files
 command -v iperf3 >/dev/null || { echo "[bench] installing iperf3"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iperf3 >/dev/null; }
-(cd "$root" && cargo build --release --quiet --bin ferroce) || exit 1
+(cd "$root" && cargo build --release --quiet -p ferroce-cli --bin ferroce) || exit 1
 F=${CARGO_TARGET_DIR:-$root/target}/release/ferroce
 machine="$(nproc) CPUs, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), Linux $(uname -r)"
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of ferroce, installing what the tests need first.
 #
-#   scripts/test.sh            format and lint checks, then all workspace tests
+#   scripts/test.sh            format and lint checks, then all workspace tests (release
+#                              and debug builds), then tests/system.sh
 #
 # Needs: the Rust toolchain (cargo), and root or sudo for apt-get on a machine without
 # tshark (Debian package `tshark`, the independent decoder the wire tests compare against)
@@ -13,7 +14,7 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 need_pkgs=""
 command -v tshark >/dev/null 2>&1 || need_pkgs="$need_pkgs tshark"
-# A TrueType font for the DCQCN test's plot (examples/dcqcn_report.rs).
+# A TrueType font for the DCQCN test's plot (cli/examples/dcqcn_report.rs).
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_pkgs="$need_pkgs fonts-dejavu-core"
 if [ -n "$need_pkgs" ]; then
   echo "[test] installing:$need_pkgs"
@@ -30,13 +31,26 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-echo "[test] cargo test --workspace"
-set +e
-cargo test --workspace --release 2>&1 | tee "$log"
-rc=${PIPESTATUS[0]}
-set -e
-passed=$(awk '/^test result:/ {for (i = 1; i <= NF; i++) if ($i ~ /^passed;?$/) s += $(i-1)} END {print s + 0}' "$log")
-failed=$(awk '/^test result:/ {for (i = 1; i <= NF; i++) if ($i ~ /^failed;?$/) s += $(i-1)} END {print s + 0}' "$log")
+passed=0 failed=0 rc=0
+# cargo_test LABEL ARGS...: runs `cargo test ARGS`, adds its "test result:" lines to the
+# counts; a run that fails without a failed test (a build error) counts as one failure.
+cargo_test() {
+  local label=$1; shift
+  echo "[test] cargo test $* ($label)"
+  set +e
+  cargo test "$@" 2>&1 | tee "$log"
+  local r=${PIPESTATUS[0]}
+  set -e
+  local p f
+  p=$(awk '/^test result:/ {for (i = 1; i <= NF; i++) if ($i ~ /^passed;?$/) s += $(i-1)} END {print s + 0}' "$log")
+  f=$(awk '/^test result:/ {for (i = 1; i <= NF; i++) if ($i ~ /^failed;?$/) s += $(i-1)} END {print s + 0}' "$log")
+  if [ "$r" != 0 ]; then rc=1; [ "$f" -gt 0 ] || f=1; fi
+  echo "[test] $label: $p passed, $f failed"
+  passed=$((passed + p)); failed=$((failed + f))
+}
+cargo_test release --workspace --release --no-fail-fast
+# The same tests in a debug build, where overflow checks and debug_assert!s are on.
+cargo_test debug --workspace --no-fail-fast
 
 # System tests (network namespaces, Linux rxe interop) need root; FERROCE_SKIP_SYSTEM=1
 # leaves them out on a machine where they cannot run.

@@ -2,16 +2,13 @@
 //!
 //! The packet formats live in [`ferroce_wire`] (re-exported as [`wire`]), the sans-IO
 //! InfiniBand transport in [`ferroce_transport`] (re-exported as [`transport`]); this crate
-//! adds packet captures, the decoder and the command-line interface.
+//! adds the link layer (AF_PACKET I/O and an in-memory wire), neighbour resolution, the
+//! driver thread, the verbs API with application-owned memory regions, and packet
+//! captures. The command-line tool is the `ferroce-cli` package (`cli/`).
 
 #![deny(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs)]
 
-#[allow(missing_docs)] // moves to the CLI crate
-pub mod apps;
 pub mod capture;
-#[allow(missing_docs)] // moves to the CLI crate
-pub mod decode;
 pub mod driver;
 pub mod link;
 pub mod memory;

@@ -1,5 +1,7 @@
 #!/bin/bash
 # System tests that need root and real kernel features:
+#   rust    the workspace's Rust tests marked #[ignore] because they need root or an
+#           Ethernet interface (`cargo test --tests -- --ignored`), on this host
 #   netns   ferroce <-> ferroce in two network namespaces over veth, also under tc netem
 #           (tests/netns/run.sh)
 #   dcqcn   two ferroce flows through a router namespace's htb + RED ECN bottleneck, DCQCN
@@ -18,7 +20,7 @@ root=$(cd "$here/.." && pwd)
 mode=${1:-full}
 out=$root/target/system
 rm -rf "$out"; mkdir -p "$out"
-(cd "$root" && cargo build --release --quiet --bin ferroce --example dcqcn_report) || exit 1
+(cd "$root" && cargo build --release --quiet -p ferroce-cli --bin ferroce --example dcqcn_report) || exit 1
 bin=${CARGO_TARGET_DIR:-$root/target}/release/ferroce
 "$here/interop/rxe-vm/build.sh" >"$out/build.log" 2>&1 || { cat "$out/build.log"; exit 1; }
 
@@ -34,6 +36,19 @@ host_has_red() {
   ip link del fer-q0 2>/dev/null; return $r
 }
 host_has_rxe() { modprobe rdma_rxe 2>/dev/null && [ -d /sys/module/rdma_rxe ]; }
+
+# The Rust tests that the plain `cargo test` leaves out (#[ignore = "needs root ..."]):
+# one PASS/FAIL line each, counted with the rest. Doc tests are left out (--tests).
+echo "[system] Rust tests marked #[ignore] (root, an interface): cargo test -- --ignored"
+(cd "$root" && cargo test --workspace --release --tests -- --ignored) >"$out/rust-ignored.log" 2>&1
+rrc=$?
+sed -n 's/^test \(.*\) \.\.\. ok$/PASS rust \1/p; s/^test \(.*\) \.\.\. FAILED$/FAIL rust \1/p' \
+  "$out/rust-ignored.log" | tee "$out/rust.txt"
+if [ "$rrc" != 0 ] && ! grep -q '^FAIL ' "$out/rust.txt"; then
+  echo "FAIL rust: cargo test -- --ignored exited $rrc (see $out/rust-ignored.log)" | tee -a "$out/rust.txt"
+elif ! grep -q '^PASS ' "$out/rust.txt"; then
+  echo "FAIL rust: no #[ignore] test ran (see $out/rust-ignored.log)" | tee -a "$out/rust.txt"
+fi
 
 vm_parts=""
 if host_has_netem; then

@@ -132,19 +132,20 @@ fn the_driver_runs_transport_timers_retry_exceeded_on_a_dead_peer() {
     p.timeout = 8; // 4.096 us * 2^8 = 1 ms
     p.retry_cnt = 2;
     qp.connect(&p).unwrap();
-    let start = std::time::Instant::now();
     qp.post_send(&wr::send(5, mr.sge(0, 64))).unwrap();
+    // The 5 s bound only keeps a broken driver from hanging the test; nothing is asserted
+    // about how long it took (the counters below say what happened).
     let wc = cq.wait_one(Duration::from_secs(5)).expect("a completion");
     assert_eq!((wc.wr_id, wc.status), (5, WcStatus::RetryExcErr));
-    let took = start.elapsed();
-    // Three transmissions, three 1 ms timeouts: milliseconds, not the 5 s limit.
-    assert!(
-        took >= Duration::from_millis(3) && took < Duration::from_secs(1),
-        "{took:?}"
-    );
+    // One transmission and retry_cnt = 2 retransmissions, each ended by its ACK timeout;
+    // the third timeout exhausts the retries and fails the work request.
     let c = a.counters();
     let get = |n: &str| c.iter().find(|(k, _)| *k == n).unwrap().1;
+    assert_eq!(get("sent_pkts"), 3);
+    assert_eq!(get("retransmitted_pkts"), 2);
+    assert_eq!(get("ack_timeouts"), 3);
+    assert_eq!(get("completer_retry_err"), 2);
     assert_eq!(get("retry_exceeded_err"), 1);
-    assert!(get("ack_timeouts") >= 3);
+    assert_eq!(get("rcvd_pkts"), 0);
     assert_eq!(qp.state().unwrap(), QpState::Err);
 }

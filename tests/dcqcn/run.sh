@@ -8,7 +8,7 @@
 # Two `ferroce perf write-bw -D` flows from two sender namespaces into one receiver namespace
 # (each receiver process on its own macvlan of the receiver's veth) share the router's
 # egress queue: an htb class at RATE whose leaf is RED with ECN marking. The run is done
-# twice, DCQCN on and off; each prints its figures (examples/dcqcn_report.rs) and draws a
+# twice, DCQCN on and off; each prints its figures (cli/examples/dcqcn_report.rs) and draws a
 # PNG of each flow's goodput and DCQCN rate and the queue's marks and drops over time.
 #   tests/dcqcn/run.sh [FERROCE_BINARY [REPORT_BINARY]]   (root; sch_htb, sch_red, macvlan)
 # Env: DURATION (s, default 24), RATE (Mb/s, default 10), OUT (output directory).
@@ -19,7 +19,7 @@ root=$(cd "$here/../.." && pwd)
 tgt=${CARGO_TARGET_DIR:-$root/target}
 F=${1:-$tgt/release/ferroce}
 R=${2:-$tgt/release/examples/dcqcn_report}
-[ -x "$F" ] && [ -x "$R" ] || (cd "$root" && cargo build --release --quiet --bin ferroce --example dcqcn_report)
+[ -x "$F" ] && [ -x "$R" ] || (cd "$root" && cargo build --release --quiet -p ferroce-cli --bin ferroce --example dcqcn_report)
 DURATION=${DURATION:-24} RATE=${RATE:-10}
 out=${OUT:-$root/target}/dcqcn; rm -rf "$out"; mkdir -p "$out"
 NS="dq-s1 dq-s2 dq-r dq-d"

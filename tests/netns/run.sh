@@ -9,7 +9,7 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 F=${1:-${CARGO_TARGET_DIR:-$root/target}/release/ferroce}
-[ -x "$F" ] || (cd "$root" && cargo build --release --quiet --bin ferroce)
+[ -x "$F" ] || (cd "$root" && cargo build --release --quiet -p ferroce-cli --bin ferroce)
 A=ferroce-a B=ferroce-b
 out=${OUT:-$root/target}/netns; rm -rf "$out"; mkdir -p "$out"
 cleanup() { ip netns del $A 2>/dev/null; ip netns del $B 2>/dev/null; true; }

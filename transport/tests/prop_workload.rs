@@ -1,6 +1,16 @@
 //! Random RC workloads over random fault schedules, checked against a simple model:
 //! every operation completes exactly once, in posting order, with byte-exact data;
 //! atomics take effect exactly once; retransmissions stay bounded.
+//!
+//! The test prints the seed it ran with (`proptest seed N`, shown by `cargo test` when it
+//! fails, or always with `-- --nocapture`). To replay a failure:
+//!
+//! ```sh
+//! PROPTEST_RNG_SEED=N cargo test -p ferroce-transport --test prop_workload
+//! ```
+//!
+//! Proptest also records failing cases in `prop_workload.proptest-regressions` next to this
+//! file (commit it) and re-runs them first.
 
 mod common;
 
@@ -10,6 +20,31 @@ use common::*;
 use ferroce_transport::testing::{connect, drain_cq, Faults, QpOpts, Side, Sim};
 use ferroce_transport::{Mtu, WcOpcode, WcStatus, WorkCompletion, WrOpcode};
 use proptest::prelude::*;
+use proptest::test_runner::RngSeed;
+
+/// This file's proptest configuration: `cases` cases drawn from one seed, printed so that a
+/// failure can be replayed. The seed is `PROPTEST_RNG_SEED` when set, else a fresh one from
+/// the OS; `cargo test` shows a failing test's stderr, seed included.
+fn config(cases: u32) -> ProptestConfig {
+    let seed = match std::env::var("PROPTEST_RNG_SEED") {
+        Ok(s) => s
+            .trim()
+            .parse()
+            .expect("PROPTEST_RNG_SEED must be a decimal u64"),
+        Err(_) => {
+            use std::hash::{BuildHasher, Hasher};
+            std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish()
+        }
+    };
+    eprintln!("proptest seed {seed} (replay: PROPTEST_RNG_SEED={seed})");
+    ProptestConfig {
+        cases,
+        rng_seed: RngSeed::Fixed(seed),
+        ..ProptestConfig::default()
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -358,7 +393,7 @@ fn run(c: &Case) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+    #![proptest_config(config(16))]
     #[test]
     fn random_rc_workloads_complete_exactly_once(c in case()) {
         run(&c)?;

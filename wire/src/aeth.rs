@@ -24,10 +24,15 @@ impl<T: AsRef<[u8]>> Header<T> {
 /// The NAK codes of an AETH (IB spec 9.7.5.2.1, table 43).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NakCode {
+    /// PSN sequence error: the responder expected an earlier PSN (the requester goes back to it).
     PsnSequenceError,
+    /// Invalid request: an opcode, length or header the responder cannot accept.
     InvalidRequest,
+    /// Remote access error: the R_Key, address or access rights do not allow the operation.
     RemoteAccessError,
+    /// Remote operational error: the responder failed to carry out a valid request.
     RemoteOperationalError,
+    /// Invalid RD request (reliable datagram only).
     InvalidRdRequest,
 }
 
@@ -47,9 +52,15 @@ impl NakCode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Syndrome {
     /// Positive acknowledgement with a 5-bit end-to-end credit code (31 = no credit limit).
-    Ack { credits: u8 },
+    Ack {
+        /// End-to-end credit code (5 bits).
+        credits: u8,
+    },
     /// Receiver not ready: retry after the time encoded by the 5-bit timer code.
-    RnrNak { timer: u8 },
+    RnrNak {
+        /// RNR timer code (5 bits), an index into the IB spec's table of delays.
+        timer: u8,
+    },
     /// Negative acknowledgement.
     Nak(NakCode),
 }
@@ -102,7 +113,9 @@ pub const CREDITS: [u32; 31] = [
 /// A parsed AETH.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Repr {
+    /// Acknowledgement kind: ACK with credits, RNR NAK or NAK.
     pub syndrome: Syndrome,
+    /// Message sequence number of the last message completed (24 bits).
     pub msn: u32,
 }
 

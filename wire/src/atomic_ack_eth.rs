@@ -19,6 +19,7 @@ impl<T: AsRef<[u8]>> Header<T> {
 /// A parsed AtomicAckETH.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Repr {
+    /// The original value at the remote address, before the atomic operation.
     pub orig: u64,
 }
 

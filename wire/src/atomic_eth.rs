@@ -38,9 +38,13 @@ impl<T: AsRef<[u8]>> Header<T> {
 /// A parsed AtomicETH.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Repr {
+    /// Remote virtual address of the 8-byte, 8-byte-aligned target.
     pub va: u64,
+    /// R_Key of the remote memory region.
     pub rkey: u32,
+    /// Compare-and-swap: the value to store; fetch-and-add: the value to add.
     pub swap_add: u64,
+    /// Compare-and-swap: the value to compare with (ignored by fetch-and-add).
     pub compare: u64,
 }
 

@@ -97,15 +97,25 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Header<T> {
 /// A parsed base transport header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Repr {
+    /// The operation code.
     pub opcode: Opcode,
+    /// Solicited event: the receiver should raise a completion event.
     pub solicited: bool,
+    /// Migration request (automatic path migration).
     pub mig_req: bool,
+    /// Number of pad bytes (0-3) after the payload, making it a multiple of 4.
     pub pad_count: u8,
+    /// Partition key (the default partition is 0xffff).
     pub pkey: u16,
+    /// Forward explicit congestion notification (IB; RoCE v2 uses IP ECN instead).
     pub fecn: bool,
+    /// Backward explicit congestion notification (IB; RoCE v2 uses CNPs instead).
     pub becn: bool,
+    /// Destination queue pair number (24 bits).
     pub dest_qp: u32,
+    /// Acknowledge request: the responder should acknowledge this packet.
     pub ack_req: bool,
+    /// Packet sequence number (24 bits).
     pub psn: Psn,
 }
 

@@ -23,6 +23,7 @@ impl<T: AsRef<[u8]>> Header<T> {
 /// A parsed CNP body: its reserved bytes, kept so that parse then emit is byte-exact.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Repr {
+    /// The 16 reserved bytes after the BTH, as received.
     pub reserved: [u8; 16],
 }
 

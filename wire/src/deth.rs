@@ -28,7 +28,9 @@ impl<T: AsRef<[u8]>> Header<T> {
 /// A parsed DETH.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Repr {
+    /// Queue key that the destination QP checks.
     pub qkey: u32,
+    /// Source queue pair number (24 bits).
     pub src_qp: u32,
 }
 

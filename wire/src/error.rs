@@ -52,13 +52,19 @@ pub enum Error {
 /// The layer that a [`Error::Truncated`] cut short.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Layer {
+    /// The Ethernet header.
     Ethernet,
+    /// An 802.1Q VLAN tag.
     Vlan,
+    /// The IPv4 or IPv6 header, or the length it announces.
     Ip,
+    /// The UDP header, or the length it announces.
     Udp,
+    /// The base transport header.
     Bth,
     /// An extension header (RETH, AETH, ...) or the payload it announces.
     Extension,
+    /// The 4-byte ICRC at the end of the packet.
     Icrc,
 }
 

@@ -16,14 +16,18 @@ pub const ROCE_V2_PORT: u16 = 4791;
 /// The IP header of a RoCE v2 frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IpHeader {
+    /// An IPv4 header.
     V4(Ipv4Header),
+    /// An IPv6 header.
     V6(Ipv6Header),
 }
 
 /// A parsed, length-checked RoCE v2 IP datagram (IP / UDP / IB packet) borrowing its bytes.
 #[derive(Debug, Clone)]
 pub struct Datagram<'a> {
+    /// The IP header (IPv4 or IPv6).
     pub ip: IpHeader,
+    /// The UDP header (destination port 4791).
     pub udp: UdpHeader,
     /// From the first byte of the IP header to the end of the ICRC.
     ip_packet: &'a [u8],
@@ -34,8 +38,11 @@ pub struct Datagram<'a> {
 /// A parsed RoCE v2 Ethernet frame: link headers plus the datagram.
 #[derive(Debug, Clone)]
 pub struct Frame<'a> {
+    /// The Ethernet II header.
     pub ethernet: Ethernet2Header,
+    /// The 802.1Q tag, if the frame has one.
     pub vlan: Option<SingleVlanHeader>,
+    /// The IP datagram the frame carries.
     pub datagram: Datagram<'a>,
 }
 
@@ -217,31 +224,45 @@ pub struct VlanTag {
 /// The Ethernet layer of a frame to emit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EthernetRepr {
+    /// Source MAC address.
     pub src: [u8; 6],
+    /// Destination MAC address.
     pub dst: [u8; 6],
+    /// The 802.1Q tag to add, if any.
     pub vlan: Option<VlanTag>,
 }
 
 /// The IP layer of a frame to emit. Lengths and the IPv4 checksum are computed on emit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IpRepr {
+    /// An IPv4 header.
     V4 {
+        /// Source address.
         src: Ipv4Addr,
+        /// Destination address.
         dst: Ipv4Addr,
         /// DSCP (6 bits).
         dscp: u8,
         /// ECN (2 bits): 0 not ECT, 1 ECT(1), 2 ECT(0), 3 CE.
         ecn: u8,
+        /// Time to live.
         ttl: u8,
+        /// The identification field.
         identification: u16,
+        /// The don't-fragment flag.
         dont_fragment: bool,
     },
+    /// An IPv6 header.
     V6 {
+        /// Source address.
         src: Ipv6Addr,
+        /// Destination address.
         dst: Ipv6Addr,
+        /// Traffic class (DSCP and ECN).
         traffic_class: u8,
         /// Flow label (20 bits).
         flow_label: u32,
+        /// Hop limit.
         hop_limit: u8,
     },
 }
@@ -283,16 +304,20 @@ pub fn finalize(ip_packet: &mut [u8]) -> Result<()> {
 /// it is computed; the ICRC is filled in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DatagramRepr<'a> {
+    /// The IP header's fields.
     pub ip: IpRepr,
     /// UDP source port; rxe derives it from the QP numbers for ECMP entropy.
     pub src_port: u16,
+    /// The IB transport packet inside the UDP datagram.
     pub ib: packet::Repr<'a>,
 }
 
 /// A whole RoCE v2 Ethernet frame to emit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameRepr<'a> {
+    /// The Ethernet layer.
     pub ethernet: EthernetRepr,
+    /// The IP datagram.
     pub datagram: DatagramRepr<'a>,
 }
 

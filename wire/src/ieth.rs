@@ -19,6 +19,7 @@ impl<T: AsRef<[u8]>> Header<T> {
 /// A parsed IETH.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Repr {
+    /// The R_Key to invalidate.
     pub rkey: u32,
 }
 

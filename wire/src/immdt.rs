@@ -19,6 +19,7 @@ impl<T: AsRef<[u8]>> Header<T> {
 /// A parsed ImmDt header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Repr {
+    /// The immediate data, in network byte order as ibv_wc's `imm_data` keeps it.
     pub imm: u32,
 }
 

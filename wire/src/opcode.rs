@@ -10,6 +10,7 @@ use core::fmt;
 pub struct HeaderSet(u16);
 
 impl HeaderSet {
+    /// No extension header.
     pub const EMPTY: HeaderSet = HeaderSet(0);
     /// Datagram extended transport header (UD): Q_Key and source QP.
     pub const DETH: HeaderSet = HeaderSet(1 << 0);
@@ -91,9 +92,13 @@ impl HeaderSet {
 /// Where a packet sits in a multi-packet message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Position {
+    /// First packet of a message of several.
     First,
+    /// A packet in the middle of a message.
     Middle,
+    /// Last packet of a message of several.
     Last,
+    /// The only packet of a message.
     Only,
 }
 
@@ -113,14 +118,23 @@ pub enum Service {
 /// The operation an opcode performs, independent of position and service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Operation {
+    /// SEND.
     Send,
+    /// RDMA WRITE.
     RdmaWrite,
+    /// RDMA READ request.
     RdmaReadRequest,
+    /// RDMA READ response.
     RdmaReadResponse,
+    /// Acknowledgement (ACK or NAK).
     Acknowledge,
+    /// Atomic acknowledgement, carrying the original value.
     AtomicAcknowledge,
+    /// Atomic compare-and-swap.
     CompareSwap,
+    /// Atomic fetch-and-add.
     FetchAdd,
+    /// RoCE v2 congestion notification packet.
     Cnp,
 }
 
@@ -129,8 +143,11 @@ pub enum Operation {
 pub struct OpcodeInfo {
     /// Name as Wireshark and the Linux headers spell it, e.g. `RC_SEND_FIRST`.
     pub name: &'static str,
+    /// The transport service.
     pub service: Service,
+    /// The operation.
     pub operation: Operation,
+    /// Where the packet sits in its message.
     pub position: Position,
     /// Extension headers after the BTH.
     pub headers: HeaderSet,
@@ -155,7 +172,10 @@ pub struct Opcode(u8);
 macro_rules! opcode_table {
     ($( $name:ident = $val:literal, $svc:ident, $op:ident, $pos:ident, [$($h:ident),*], $payload:literal; )*) => {
         impl Opcode {
-            $( pub const $name: Opcode = Opcode($val); )*
+            $(
+                #[doc = concat!("`", stringify!($name), "` (", stringify!($val), ").")]
+                pub const $name: Opcode = Opcode($val);
+            )*
         }
         const ENTRIES: &[(u8, OpcodeInfo)] = &[
             $( ($val, OpcodeInfo {

@@ -162,13 +162,21 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 /// The extension headers of one packet; exactly those its opcode carries are `Some`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ExtRepr {
+    /// Datagram ETH (UD).
     pub deth: Option<deth::Repr>,
+    /// RDMA ETH (first or only WRITE, READ request).
     pub reth: Option<reth::Repr>,
+    /// Atomic ETH (atomic requests).
     pub atomic_eth: Option<atomic_eth::Repr>,
+    /// ACK ETH (acknowledgements, read responses).
     pub aeth: Option<aeth::Repr>,
+    /// Atomic ACK ETH (atomic acknowledgements).
     pub atomic_ack_eth: Option<atomic_ack_eth::Repr>,
+    /// Immediate data (`*_WITH_IMMEDIATE`).
     pub immdt: Option<immdt::Repr>,
+    /// Invalidate ETH (`SEND_*_WITH_INVALIDATE`).
     pub ieth: Option<ieth::Repr>,
+    /// CNP body (congestion notifications).
     pub cnp: Option<cnp::Repr>,
 }
 
@@ -240,8 +248,11 @@ impl ExtRepr {
 /// An owned IB transport packet with a borrowed payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Repr<'a> {
+    /// The base transport header.
     pub bth: bth::Repr,
+    /// The extension headers that the opcode carries.
     pub ext: ExtRepr,
+    /// The payload, without padding.
     pub payload: &'a [u8],
 }
 

@@ -33,8 +33,11 @@ impl<T: AsRef<[u8]>> Header<T> {
 /// A parsed RETH.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Repr {
+    /// Remote virtual address.
     pub va: u64,
+    /// R_Key of the remote memory region.
     pub rkey: u32,
+    /// Length of the whole message in bytes.
     pub dma_len: u32,
 }
 

@@ -1,5 +1,15 @@
 //! Property tests over whole RoCE v2 frames: emit then parse is the identity, damaged
 //! frames never panic, and the ICRC catches every single-bit error it covers.
+//!
+//! Each test prints the seed it ran with (`proptest seed N`, shown by `cargo test` when the
+//! test fails, or always with `-- --nocapture`). To replay a failure:
+//!
+//! ```sh
+//! PROPTEST_RNG_SEED=N cargo test -p ferroce-wire --test proptest_frames -- NAME
+//! ```
+//!
+//! Cases that failed before are also kept in `proptest_frames.proptest-regressions` (next
+//! to this file, committed) and re-run first.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -7,6 +17,31 @@ use ferroce_wire::opcode::HeaderSet;
 use ferroce_wire::packet::pad_for;
 use ferroce_wire::*;
 use proptest::prelude::*;
+use proptest::test_runner::RngSeed;
+
+/// This file's proptest configuration: `cases` cases drawn from one seed, printed so that a
+/// failure can be replayed. The seed is `PROPTEST_RNG_SEED` when set, else a fresh one from
+/// the OS; `cargo test` shows a failing test's stderr, seed included.
+fn config(cases: u32) -> ProptestConfig {
+    let seed = match std::env::var("PROPTEST_RNG_SEED") {
+        Ok(s) => s
+            .trim()
+            .parse()
+            .expect("PROPTEST_RNG_SEED must be a decimal u64"),
+        Err(_) => {
+            use std::hash::{BuildHasher, Hasher};
+            std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish()
+        }
+    };
+    eprintln!("proptest seed {seed} (replay: PROPTEST_RNG_SEED={seed})");
+    ProptestConfig {
+        cases,
+        rng_seed: RngSeed::Fixed(seed),
+        ..ProptestConfig::default()
+    }
+}
 
 fn opcode() -> impl Strategy<Value = Opcode> {
     let all: Vec<Opcode> = Opcode::all().collect();
@@ -239,7 +274,7 @@ fn masked_ranges(s: &Spec) -> Vec<std::ops::Range<usize>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    #![proptest_config(config(512))]
 
     #[test]
     fn emit_then_parse_is_identity(s in spec(4096)) {

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use ferroce::apps::ops::{self, OpsOptions};
 use ferroce::verbs::{Context, Mtu};
+use ferroce_cli::apps::ops::{self, OpsOptions};
 
 use super::CliError;
 

@@ -13,13 +13,13 @@ mod lat;
 mod resources;
 
 use std::io::Write;
-use std::net::TcpStream;
+use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use ferroce_transport::{WcStatus, WorkCompletion};
 
-use crate::verbs::{CompletionQueue, Context, Error as VerbsError};
 use exchange::{Control, ExchangeError, KeyMsg, Script};
+use ferroce::verbs::{CompletionQueue, Context, Error as VerbsError};
 use resources::Resources;
 
 pub use exchange::BwReport;
@@ -220,6 +220,32 @@ fn check(wc: &WorkCompletion, what: &'static str) -> Result<(), PerfError> {
 
 /// Runs one test on `ctx` as `o` says, printing perftest's output to `out`.
 pub fn run(ctx: &Context, o: &Options, out: &mut dyn Write) -> Result<Outcome, PerfError> {
+    run_on(ctx, o, None, out)
+}
+
+/// [`run`] as the server (`o.server` is `None`), accepting the client on `listener`
+/// instead of binding `o.port`: a caller that binds port 0 learns the port before the
+/// client needs it, with no window in which another process could take it.
+pub fn serve(
+    ctx: &Context,
+    o: &Options,
+    listener: &TcpListener,
+    out: &mut dyn Write,
+) -> Result<Outcome, PerfError> {
+    if o.server.is_some() {
+        return Err(PerfError::Usage(
+            "serve: the options name a server to connect to".into(),
+        ));
+    }
+    run_on(ctx, o, Some(listener), out)
+}
+
+fn run_on(
+    ctx: &Context,
+    o: &Options,
+    listener: Option<&TcpListener>,
+    out: &mut dyn Write,
+) -> Result<Outcome, PerfError> {
     let mut p = Params::derive(o).map_err(PerfError::Usage)?;
     // Fail on a bad GID index before a peer is waiting for us.
     ctx.source_gid(o.gid_index)?;
@@ -228,7 +254,10 @@ pub fn run(ctx: &Context, o: &Options, out: &mut dyn Write) -> Result<Outcome, P
         None => {
             writeln!(out, "{}", report::WAITING)?;
             out.flush()?;
-            Control::accept(o.port, o.timeout)?
+            match listener {
+                Some(l) => Control::accept_on(l, o.timeout)?,
+                None => Control::accept(o.port, o.timeout)?,
+            }
         }
     };
     ctl.versions()?;

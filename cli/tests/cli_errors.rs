@@ -1,6 +1,14 @@
 //! User mistakes get one clear line on stderr that says what to do, and a non-zero exit.
+//!
+//! The tests that need an Ethernet interface or root are `#[ignore]`d; tests/system.sh,
+//! which runs as root, runs them with `cargo test --workspace --release --tests --
+//! --ignored`.
 
 use std::process::{Command, Output};
+
+mod common;
+
+use common::refusing_port;
 
 fn ferroce(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ferroce"))
@@ -30,7 +38,11 @@ fn missing_and_non_pcap_files() {
         err.contains("cannot read capture") && err.contains("No such file"),
         "{err}"
     );
-    let (code, err) = fails(&["decode", file!()]);
+    // This source file: it exists and is not a capture.
+    let (code, err) = fails(&[
+        "decode",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cli_errors.rs"),
+    ]);
     assert_eq!(code, 2);
     assert!(
         err.contains("not a pcap or pcapng capture") && err.contains("give a .pcap"),
@@ -85,12 +97,11 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
+// Needs an interface; as root also `setpriv`. tests/system.sh runs it (`-- --ignored`).
 #[test]
+#[ignore = "needs an Ethernet interface"]
 fn no_raw_socket_permission() {
-    let Some(ifname) = ethernet_interface() else {
-        eprintln!("no Ethernet interface: nothing to test");
-        return;
-    };
+    let ifname = ethernet_interface().expect("this test needs an Ethernet interface");
     let bin = env!("CARGO_BIN_EXE_ferroce");
     // As root, drop to an unprivileged user (setpriv is in util-linux); otherwise run as is.
     let out = if is_root() {
@@ -122,17 +133,15 @@ fn no_raw_socket_permission() {
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
 
+// tests/system.sh runs it as root (`-- --ignored`).
 #[test]
+#[ignore = "needs root and an Ethernet interface"]
 fn unreachable_server_and_busy_port() {
-    if !is_root() || ethernet_interface().is_none() {
-        eprintln!("needs root and an Ethernet interface: skipped");
-        return;
-    }
-    let ifname = ethernet_interface().unwrap();
-    // Nobody listens on this port: the out-of-band connection is refused.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = closed.local_addr().unwrap().port().to_string();
-    drop(closed);
+    assert!(is_root(), "this test needs root (CAP_NET_RAW)");
+    let ifname = ethernet_interface().expect("this test needs an Ethernet interface");
+    // Nobody listens on this port (held, bound, not listening): the connection is refused.
+    let (_held, port) = refusing_port();
+    let port = port.to_string();
     let out = ferroce(&["rc-pingpong", "-d", &ifname, "-p", &port, "127.0.0.1"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");

@@ -10,7 +10,7 @@ use ferroce_transport::{
 };
 
 use super::oob::{self, Dest};
-use crate::verbs::{Context, Error as VerbsError, RcPath};
+use ferroce::verbs::{Context, Error as VerbsError, RcPath};
 
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;

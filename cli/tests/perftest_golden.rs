@@ -9,12 +9,12 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 
 use etherparse::{NetSlice, SlicedPacket, TransportSlice};
-use ferroce::apps::perftest::exchange::{
-    decode_mtu, decode_version, BwReport, Control, KeyMsg, Script, DONE, KEY_MSG_LEN, VERSION_LEN,
-};
-use ferroce::apps::perftest::Test;
 use ferroce::capture::CaptureReader;
 use ferroce::verbs::Mtu;
+use ferroce_cli::apps::perftest::exchange::{
+    decode_mtu, decode_version, BwReport, Control, KeyMsg, Script, DONE, KEY_MSG_LEN, VERSION_LEN,
+};
+use ferroce_cli::apps::perftest::Test;
 
 /// Golden captures of perftest runs: file, test, `-s` (MANIFEST.md).
 const RUNS: &[(&str, Test, u64)] = &[
@@ -37,7 +37,7 @@ const RUNS: &[(&str, Test, u64)] = &[
 /// The client's and the server's TCP byte streams on port 18515.
 fn streams(file: &str) -> (Vec<u8>, Vec<u8>) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/vectors/rxe")
+        .join("../tests/vectors/rxe")
         .join(file);
     let client_ip = Ipv4Addr::new(10, 77, 0, 1);
     let (mut c, mut s) = (Vec::new(), Vec::new());

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use ferroce_transport::{Access, Mtu, QpCap, QpType, RecvWr, WcOpcode, WcStatus, WorkCompletion};
 
-use crate::verbs::{
+use ferroce::verbs::{
     wr, CompletionQueue, Context, Error as VerbsError, MemoryRegion, QueuePair, RcPath,
 };
 
@@ -215,7 +215,7 @@ struct Side {
 fn setup(
     ctx: &Context,
     o: &OpsOptions,
-    pd: &crate::verbs::ProtectionDomain,
+    pd: &ferroce::verbs::ProtectionDomain,
     recv_depth: u32,
 ) -> Result<Side, OpsError> {
     let (gid_index, gid) = ctx.source_gid(o.gid_index)?;

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use ferroce::apps::pingpong::{self, Options};
 use ferroce::verbs::QpType;
+use ferroce_cli::apps::pingpong::{self, Options};
 
 use super::CliError;
 

@@ -10,7 +10,7 @@ use ferroce_transport::{Access, Mtu, QpCap, QpType, RecvWr, Sge};
 
 use super::exchange::KeyMsg;
 use super::params::{AtomicOp, Conn, Params, Verb, DEF_QKEY};
-use crate::verbs::{
+use ferroce::verbs::{
     wr, AddressHandle, AddressVector, CompletionQueue, Context, Error, MemoryRegion,
     ProtectionDomain, QueuePair, RcPath, SendWr,
 };

@@ -421,6 +421,11 @@ impl Control<TcpStream> {
             .map_err(|e| {
                 io::Error::new(e.kind(), format!("Couldn't listen to port {port}: {e}"))
             })?;
+        Self::accept_on(&listener, timeout)
+    }
+
+    /// Waits for a perftest client on a listener the caller bound.
+    pub fn accept_on(listener: &TcpListener, timeout: Duration) -> io::Result<Self> {
         let (s, _) = listener.accept()?;
         s.set_nodelay(true)?;
         s.set_read_timeout(Some(timeout))?;

@@ -5,21 +5,16 @@
 use std::net::TcpListener;
 use std::sync::Mutex;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use ferroce::apps::perftest::{self, AtomicOp, Conn, Options, Outcome, PerfError, Test};
+mod common;
+
+use common::refusing_port;
 use ferroce::verbs::Context;
+use ferroce_cli::apps::perftest::{self, AtomicOp, Conn, Options, Outcome, PerfError, Test};
 
 /// One run at a time: each brings up two driver threads.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 struct Pair {
     server: Outcome,
@@ -32,31 +27,23 @@ struct Pair {
 fn run(test: Test, tweak: impl Fn(&mut Options)) -> Pair {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (a, b) = Context::memory_pair().expect("memory pair");
+    // The server's listener is bound (port 0: the kernel picks a free one) before either
+    // side starts, so the client's connection cannot be refused or go elsewhere.
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a listener");
     let mut so = Options::new(test);
-    so.port = free_port();
+    so.port = listener.local_addr().unwrap().port();
     so.timeout = Duration::from_secs(20);
     tweak(&mut so);
     let mut co = so.clone();
     co.server = Some("127.0.0.1".into());
     let server = thread::spawn(move || {
         let mut out = Vec::new();
-        let r = perftest::run(&b, &so, &mut out);
+        let r = perftest::serve(&b, &so, &listener, &mut out);
         (r, String::from_utf8(out).unwrap())
     });
-    // The server may not listen yet: retry while the connection is refused.
-    let t0 = Instant::now();
-    let (client, client_out) = loop {
-        let mut out = Vec::new();
-        match perftest::run(&a, &co, &mut out) {
-            Err(PerfError::Io(e))
-                if e.kind() == std::io::ErrorKind::ConnectionRefused
-                    && t0.elapsed() < Duration::from_secs(10) =>
-            {
-                thread::sleep(Duration::from_millis(20));
-            }
-            r => break (r, String::from_utf8(out).unwrap()),
-        }
-    };
+    let mut out = Vec::new();
+    let client = perftest::run(&a, &co, &mut out);
+    let client_out = String::from_utf8(out).unwrap();
     let (server, server_out) = server.join().expect("server thread");
     let client = client.unwrap_or_else(|e| panic!("client: {e}\n{client_out}"));
     let server = server.unwrap_or_else(|e| panic!("server: {e}\n{server_out}"));
@@ -244,11 +231,18 @@ fn mismatched_peers_fail_cleanly() {
         Err(PerfError::Usage(_))
     ));
     // Nobody listening.
+    let (_held, port) = refusing_port();
     let mut o = Options::new(Test::WRITE_BW);
     o.server = Some("127.0.0.1".into());
-    o.port = free_port();
+    o.port = port;
     assert!(matches!(
         perftest::run(&a, &o, &mut Vec::new()),
-        Err(PerfError::Io(_))
+        Err(PerfError::Io(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused
+    ));
+    // `serve` is for the server side only.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    assert!(matches!(
+        perftest::serve(&a, &o, &listener, &mut Vec::new()),
+        Err(PerfError::Usage(_))
     ));
 }

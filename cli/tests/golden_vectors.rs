@@ -6,11 +6,11 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use ferroce::capture::CaptureReader;
-use ferroce::decode::{classify, Classified};
 use ferroce::wire::{Frame, FrameRepr, Opcode};
+use ferroce_cli::decode::{classify, Classified};
 
 fn vectors_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/rxe")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/vectors/rxe")
 }
 
 /// One row of MANIFEST.md's table.

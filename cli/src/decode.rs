@@ -7,7 +7,7 @@ use ferroce_wire::{
 };
 use serde_json::{json, Map, Value};
 
-use crate::capture::{CapturedFrame, LinkType};
+use ferroce::capture::{CapturedFrame, LinkType};
 
 /// What a captured frame turned out to be.
 #[derive(Debug)]

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use ferroce::apps::perftest::{self, AtomicOp, Conn, Options, Test};
+use ferroce_cli::apps::perftest::{self, AtomicOp, Conn, Options, Test};
 use ferroce_transport::DcqcnConfig;
 
 use super::ratelog::RateLog;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use ferroce::capture::{CaptureError, CaptureReader};
-use ferroce::decode::{classify, summarize, Classified, Totals};
+use ferroce_cli::decode::{classify, summarize, Classified, Totals};
 
 use super::CliError;
 
