@@ -85,6 +85,8 @@ pub enum OpsError {
         detail: String,
     },
     Protocol(String),
+    /// Options out of range.
+    Usage(String),
 }
 
 impl std::fmt::Display for OpsError {
@@ -98,6 +100,7 @@ impl std::fmt::Display for OpsError {
                 write!(f, "{op} #{iter}: data mismatch: {detail}")
             }
             OpsError::Protocol(m) => write!(f, "peer: {m}"),
+            OpsError::Usage(m) => write!(f, "{m}"),
         }
     }
 }
@@ -147,6 +150,37 @@ fn write_imm_offset(size: usize, iter: usize) -> usize {
 /// write target, the read source and `iters` WRITE-with-immediate slots.
 fn atomic_offset(size: usize, iters: usize) -> usize {
     write_imm_offset(size, iters).next_multiple_of(8)
+}
+
+/// The most memory one side of `rc-ops` registers (the server's target region and
+/// receive buffers): a peer's hello cannot make it allocate more.
+pub const MAX_OPS_MEMORY: u64 = 4 << 30;
+/// The largest message `rc-ops` sends (an IB message is at most 2^31 bytes).
+pub const MAX_OPS_SIZE: usize = 1 << 30;
+
+/// The bytes the server registers for `size` and `iters` (target region plus one
+/// receive buffer per expected message), if both are in range; else what is wrong.
+pub fn ops_memory(size: usize, iters: usize) -> Result<u64, String> {
+    let max_iters = (ferroce::transport::MAX_WR / 3) as usize;
+    if size > MAX_OPS_SIZE {
+        return Err(format!("message size {size} exceeds {MAX_OPS_SIZE} bytes"));
+    }
+    if iters == 0 || iters > max_iters {
+        return Err(format!("iterations {iters} not in 1..={max_iters}"));
+    }
+    let (size, iters) = (size as u64, iters as u64);
+    let region = (2 + iters)
+        .checked_mul(size)
+        .and_then(|r| r.checked_next_multiple_of(8))
+        .and_then(|r| r.checked_add(8));
+    let recv = (3 * iters).checked_mul(size.max(1));
+    match region.zip(recv).and_then(|(a, b)| a.checked_add(b)) {
+        Some(n) if n <= MAX_OPS_MEMORY => Ok(n),
+        _ => Err(format!(
+            "{iters} iterations of {size} bytes need more than {} GiB",
+            MAX_OPS_MEMORY >> 30
+        )),
+    }
 }
 
 /// The initial value of the atomic target.
@@ -306,6 +340,7 @@ pub fn serve(
     let theirs = Peer::parse(&read_line(&mut reader)?)
         .ok_or_else(|| OpsError::Protocol("bad hello".into()))?;
     let (size, iters, seed) = (theirs.size, theirs.iters, theirs.seed);
+    ops_memory(size, iters).map_err(|e| OpsError::Protocol(format!("bad hello: {e}")))?;
 
     let pd = ctx.alloc_pd()?;
     let region = atomic_offset(size, iters) + 8;
@@ -326,7 +361,7 @@ pub fn serve(
             sg_list: vec![recv_mr.sge(i * size.max(1), size)],
         })?;
     }
-    let my_psn = (seed as u32 ^ 0x5a5a5a) & 0xff_ffff;
+    let my_psn = super::random::random_psn()?;
     connect(&side, o, my_psn, &theirs)?;
     let mine = Peer {
         qpn: side.qp.qpn(),
@@ -416,6 +451,7 @@ pub fn client(
     o: &OpsOptions,
     out: &mut dyn Write,
 ) -> Result<OpsReport, OpsError> {
+    ops_memory(o.size, o.iters).map_err(OpsError::Usage)?;
     let addr = (server, port)
         .to_socket_addrs()?
         .next()
@@ -428,7 +464,7 @@ pub fn client(
 
     let pd = ctx.alloc_pd()?;
     let side = setup(ctx, o, &pd, 1)?;
-    let my_psn = (seed as u32 ^ 0xa5a5a5) & 0xff_ffff;
+    let my_psn = super::random::random_psn()?;
     let mine = Peer {
         qpn: side.qp.qpn(),
         psn: my_psn,

@@ -98,18 +98,6 @@ pub struct Report {
     pub iters: usize,
 }
 
-fn random_psn() -> u32 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let x = (t.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32);
-    // splitmix64 finaliser: a well-spread 24-bit value.
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    ((z ^ (z >> 31)) & 0xff_ffff) as u32
-}
-
 /// Runs one ping-pong on `ctx`, printing rdma-core's lines to `out`.
 pub fn run(ctx: &Context, o: &Options, out: &mut dyn Write) -> Result<Report, PingPongError> {
     let ud = o.qp_type == QpType::Ud;
@@ -147,7 +135,7 @@ pub fn run(ctx: &Context, o: &Options, out: &mut dyn Write) -> Result<Report, Pi
     let mine = Dest {
         lid: 0,
         qpn: qp.qpn(),
-        psn: random_psn(),
+        psn: super::random::random_psn()?,
         gid: my_gid,
     };
     let sep = if ud { ":" } else { "," };

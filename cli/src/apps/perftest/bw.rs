@@ -126,7 +126,8 @@ fn requester(r: &Run<'_>, size: u64) -> Result<BwReport, PerfError> {
             };
             match next_wc(&res.send_cq, deadline, p.timeout, "send")? {
                 Some(wc) => wcs.push(wc),
-                None if ended => break,
+                // Messages that never complete mean a dead connection, not a result.
+                None if ended => return Err(PerfError::Incomplete(tot_s - tot_c)),
                 None => continue,
             }
             res.send_cq.poll(&mut wcs, 63);

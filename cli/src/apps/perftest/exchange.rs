@@ -31,6 +31,11 @@ pub const VERSION_LEN: usize = 16;
 pub const MIN_PEER_VERSION: f64 = 5.70;
 /// Bytes of a handshake message (NUL included).
 pub const KEY_MSG_LEN: usize = 108;
+/// The largest cycle buffer (page size) a peer may announce: 64 KiB pages exist (arm64,
+/// ppc64); nothing larger does.
+pub const MAX_CYCLE_BUFFER: u32 = 64 << 10;
+/// The largest cache line a peer may announce.
+pub const MAX_CACHE_LINE: u32 = 4096;
 /// What each side sends last.
 pub const DONE: &[u8; 5] = b"done\0";
 
@@ -347,15 +352,27 @@ impl<S: Read + Write> Control<S> {
     }
 
     /// Exchanges cycle buffer and cache line sizes; returns the larger of each.
+    ///
+    /// The peer's values size this side's buffers, so they are held to what real hosts
+    /// announce (a page of at most [`MAX_CYCLE_BUFFER`], a cache line of at most
+    /// [`MAX_CACHE_LINE`], powers of two): a peer cannot make this side allocate gigabytes.
     pub fn sys_data(&mut self, cycle: u32, cache_line: u32) -> Result<(u32, u32), ExchangeError> {
         let mut c = [0u8; 4];
         self.xchg(&cycle.to_be_bytes(), &mut c)?;
         let mut l = [0u8; 4];
         self.xchg(&cache_line.to_be_bytes(), &mut l)?;
-        Ok((
-            cycle.max(u32::from_be_bytes(c)),
-            cache_line.max(u32::from_be_bytes(l)),
-        ))
+        let (c, l) = (u32::from_be_bytes(c), u32::from_be_bytes(l));
+        if !c.is_power_of_two() || c > MAX_CYCLE_BUFFER {
+            return Err(ExchangeError::Malformed(format!(
+                "peer's cycle buffer of {c} bytes is not a power of two up to {MAX_CYCLE_BUFFER}"
+            )));
+        }
+        if !l.is_power_of_two() || l > MAX_CACHE_LINE {
+            return Err(ExchangeError::Malformed(format!(
+                "peer's cache line of {l} bytes is not a power of two up to {MAX_CACHE_LINE}"
+            )));
+        }
+        Ok((cycle.max(c), cache_line.max(l)))
     }
 
     /// Exchanges MTUs; returns the smaller (ours if the peer's is not valid).
@@ -562,6 +579,32 @@ mod tests {
         let mut cli = Control::new(Pipe::new(&[0, 0, 0x40, 0, 0, 0, 0, 0x80, b'2', 0]), true);
         assert_eq!(cli.sys_data(4096, 64).unwrap(), (0x4000, 128));
         assert_eq!(cli.mtu(Mtu::Mtu4096).unwrap(), Mtu::Mtu512);
+    }
+
+    #[test]
+    fn a_peer_cannot_size_our_buffers_beyond_real_hosts() {
+        // A 4 GiB "page" would make every buffer 4 GiB; a 3-byte one is no page at all.
+        for bad in [
+            [0xff, 0xff, 0xff, 0xff],
+            [0, 0, 0, 3],
+            [0, 0, 0, 0],
+            [0, 2, 0, 0],
+        ] {
+            let mut input = bad.to_vec();
+            input.extend_from_slice(&[0, 0, 0, 64]);
+            let mut cli = Control::new(Pipe::new(&input), true);
+            assert!(
+                matches!(cli.sys_data(4096, 64), Err(ExchangeError::Malformed(_))),
+                "cycle {bad:?}"
+            );
+        }
+        let mut cli = Control::new(Pipe::new(&[0, 0, 0x10, 0, 0, 1, 0, 0]), true);
+        assert!(matches!(
+            cli.sys_data(4096, 64),
+            Err(ExchangeError::Malformed(_))
+        ));
+        let mut cli = Control::new(Pipe::new(&[0, 1, 0, 0, 0, 0, 0x10, 0]), true);
+        assert_eq!(cli.sys_data(4096, 64).unwrap(), (MAX_CYCLE_BUFFER, 4096));
     }
 
     /// Reads from a fixed buffer, records writes.

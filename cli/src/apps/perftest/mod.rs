@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use ferroce_transport::{WcStatus, WorkCompletion};
 
 use exchange::{Control, ExchangeError, KeyMsg, Script};
-use ferroce::verbs::{CompletionQueue, Context, Error as VerbsError};
+use ferroce::verbs::{CompletionQueue, Context, Error as VerbsError, QpState};
 use resources::Resources;
 
 pub use exchange::BwReport;
@@ -46,6 +46,15 @@ pub enum PerfError {
     },
     /// Nothing happened for too long.
     Timeout(String),
+    /// A QP left RTS during the run.
+    QpDied {
+        /// Which of the run's QPs.
+        index: usize,
+        /// The state it is in.
+        state: QpState,
+    },
+    /// Work requests still outstanding when a duration run had to end.
+    Incomplete(usize),
 }
 
 impl std::fmt::Display for PerfError {
@@ -64,6 +73,14 @@ impl std::fmt::Display for PerfError {
                 "{what} completion with error: status {status:?}, QP index {wr_id}"
             ),
             PerfError::Timeout(m) => write!(f, "{m}; is the peer still running?"),
+            PerfError::QpDied { index, state } => write!(
+                f,
+                "QP index {index} is in state {state:?} after the run: the connection failed"
+            ),
+            PerfError::Incomplete(n) => write!(
+                f,
+                "{n} work requests never completed after the run; is the peer still running?"
+            ),
         }
     }
 }
@@ -308,8 +325,18 @@ fn run_on(
         mtu,
         script,
     };
-    match p.test.kind {
+    let outcome = match p.test.kind {
         Kind::Bw => bw::run(&run, ctl, out),
         Kind::Lat => lat::run(&run, ctl, out),
+    }?;
+    // A QP that died during the run (a peer's error, an attacker's packet) makes the run
+    // fail even where this side saw no completion of its own, as the passive side of a
+    // WRITE or READ test does: figures from a dead connection are no success.
+    for (i, qp) in res.qps.iter().enumerate() {
+        let state = qp.state()?;
+        if state == QpState::Err {
+            return Err(PerfError::QpDied { index: i, state });
+        }
     }
+    Ok(outcome)
 }

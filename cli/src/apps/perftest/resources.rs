@@ -42,16 +42,6 @@ pub struct Resources {
     pub pd: ProtectionDomain,
 }
 
-fn psn() -> u32 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let mut z = (t.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    ((z ^ (z >> 31)) & 0xff_ffff) as u32
-}
-
 impl Resources {
     /// Creates everything for `p` with a cycle buffer and cache line as agreed with the peer.
     pub fn create(
@@ -92,7 +82,7 @@ impl Resources {
             max_recv_sge: 1,
             max_inline_data: 0,
         };
-        let base = psn();
+        let base = crate::apps::random::random_psn()?;
         let psns = (0..q)
             .map(|i| base.wrapping_add(i as u32 * 0x1_0001) & 0xff_ffff)
             .collect();
