@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use ferroce_transport::{WcStatus, WorkCompletion};
 
 use exchange::{Control, ExchangeError, KeyMsg, Script};
-use ferroce::verbs::{CompletionQueue, Context, Error as VerbsError, QpState};
+use ferroce::verbs::{CompletionQueue, Context, Error as VerbsError, QpState, QueuePair};
 use resources::Resources;
 
 pub use exchange::BwReport;
@@ -329,14 +329,56 @@ fn run_on(
         Kind::Bw => bw::run(&run, ctl, out),
         Kind::Lat => lat::run(&run, ctl, out),
     }?;
-    // A QP that died during the run (a peer's error, an attacker's packet) makes the run
-    // fail even where this side saw no completion of its own, as the passive side of a
-    // WRITE or READ test does: figures from a dead connection are no success.
-    for (i, qp) in res.qps.iter().enumerate() {
+    ensure_alive(&res.qps)?;
+    Ok(outcome)
+}
+
+/// Fails if a QP of the run died: a peer's error or an attacker's packet makes the run
+/// fail even where this side saw no completion of its own, as the passive side of a WRITE
+/// or READ test does. Figures from a dead connection are no success.
+fn ensure_alive(qps: &[QueuePair]) -> Result<(), PerfError> {
+    for (i, qp) in qps.iter().enumerate() {
         let state = qp.state()?;
         if state == QpState::Err {
             return Err(PerfError::QpDied { index: i, state });
         }
     }
-    Ok(outcome)
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferroce::verbs::{Access, QpAttr, QpAttrMask, QpCap, QpType, RcPath};
+
+    #[test]
+    fn a_qp_in_the_error_state_fails_the_run() {
+        let (a, b) = Context::memory_pair().unwrap();
+        let pd = a.alloc_pd().unwrap();
+        let cq = a.create_cq(4).unwrap();
+        let qps: Vec<QueuePair> = (0..2)
+            .map(|_| {
+                pd.create_qp(&cq, &cq, QpType::Rc, QpCap::default())
+                    .unwrap()
+            })
+            .collect();
+        for qp in &qps {
+            qp.init(Access::LOCAL_WRITE, 0).unwrap();
+            qp.connect(&RcPath::new(b.gid(0).unwrap(), 0x99, 1, 2))
+                .unwrap();
+        }
+        assert!(ensure_alive(&qps).is_ok());
+        let err = QpAttr {
+            qp_state: QpState::Err,
+            ..QpAttr::default()
+        };
+        qps[1].modify(&err, QpAttrMask::STATE).unwrap();
+        assert!(matches!(
+            ensure_alive(&qps),
+            Err(PerfError::QpDied {
+                index: 1,
+                state: QpState::Err
+            })
+        ));
+    }
 }
