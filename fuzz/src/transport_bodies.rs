@@ -25,7 +25,7 @@
 //! | bits | meaning |
 //! | --- | --- |
 //! | [`WRAP`] (0) | 0: `body` is a whole IP datagram, handed to `handle_packet` as is; 1: `body` is an IB packet (BTH through ICRC) that the harness wraps in IPv4/UDP from the peer to 10.0.0.2, with a correct ICRC |
-//! | [`FIX`] (1) | wrapped: clear TVer, set P_Key 0xffff and make the length and pad count valid for the opcode; raw: recompute the ICRC of a datagram that parses |
+//! | [`FIX`] (1) | wrapped: clear TVer, set P_Key 0xffff and make the length and pad count valid for the opcode; raw: recompute the IPv4 header checksum and the ICRC of a datagram that parses |
 //! | [`PATCH_QP`] (2) | wrapped: the destination QP becomes `QP_TABLE[low byte of dest QP % 7]` (the five QPs, an unknown QPN, QP 1) |
 //! | [`PATCH_PSN`] (3) | wrapped: the PSN becomes (the QP's initial expected PSN, or for a response the QP's first send PSN) + PSN, mod 2^24 |
 //! | 4–5 | advance the virtual clock by [`CLOCK_STEPS`]`[n]` before the packet |
@@ -827,6 +827,7 @@ impl Harness {
             if mode & FIX != 0 {
                 let n = Datagram::parse(&p).map(|d| d.ip_packet().len());
                 if let Ok(n) = n {
+                    ferroce_wire::ipv4::fill_header_checksum(&mut p[..n]);
                     let _ = finalize(&mut p[..n]);
                 }
             }

@@ -234,7 +234,7 @@ fn seeds() -> Vec<Seed> {
     };
     add(
         "rc-send-only-inv",
-        "a receive that invalidates `wo`",
+        "a receive that asks to invalidate `wo`, an ordinary region: refused as in rxe",
         vec![pkt(
             O::RC_SEND_ONLY_WITH_INVALIDATE,
             RC,
@@ -243,26 +243,26 @@ fn seeds() -> Vec<Seed> {
             &bytes(12, 8),
         )],
         Box::new(|o| {
-            o.completions
-                .iter()
-                .any(|(_, wc)| wc.wc_flags.contains(WcFlags::WITH_INV))
+            status(o, RC, WcStatus::RemInvReqErr)
+                && nak(o, NakCode::InvalidRequest)
+                && !o
+                    .completions
+                    .iter()
+                    .any(|(_, wc)| wc.wc_flags.contains(WcFlags::WITH_INV))
         }),
     );
     add(
         "rc-send-last-inv",
-        "a two-packet receive ending with invalidate, then a WRITE to the invalidated key",
+        "a two-packet receive ending with a refused invalidate: the receive fails",
         vec![
             pkt(O::RC_SEND_FIRST, RC, 0, NONE, &bytes(256, 9)),
             pkt(O::RC_SEND_LAST_WITH_INVALIDATE, RC, 1, inv, &bytes(4, 10)),
-            pkt(
-                O::RC_RDMA_WRITE_ONLY,
-                RC,
-                2,
-                reth(wo.addr, wo.rkey, 8),
-                &bytes(8, 11),
-            ),
         ],
-        Box::new(|o| recv_ok(o, RC, 260) && nak(o, NakCode::RemoteAccessError)),
+        Box::new(|o| {
+            status(o, RC, WcStatus::RemInvReqErr)
+                && nak(o, NakCode::InvalidRequest)
+                && !recv_ok(o, RC, 260)
+        }),
     );
     add(
         "rc-send-too-long",
@@ -834,14 +834,15 @@ fn seeds() -> Vec<Seed> {
         Box::new(|o| recv_ok(o, RC, 16)),
     );
     let mut d = datagram(PEER, bth, NONE, &bytes(16, 91));
-    d[8] = 1; // TTL: masked by the ICRC
+    d[8] = 1; // TTL: masked by the ICRC (the IPv4 checksum, which covers it, is fixed)
+    ferroce_wire::ipv4::fill_header_checksum(&mut d);
     d[26] ^= 0xff; // UDP checksum: masked too
     add(
         "raw-datagram-refill",
         "a datagram whose source was changed to a stranger, its ICRC recomputed (FIX)",
         vec![chunk(FIX, &{
             let mut d = d.clone();
-            d[15] = 3; // 10.0.0.3; the IPv4 checksum is not checked
+            d[15] = 3; // 10.0.0.3; FIX recomputes the IPv4 checksum too
             d
         })],
         Box::new(|o| o.counters.rx_bad_src == 1),
