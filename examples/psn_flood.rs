@@ -13,8 +13,8 @@
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
+use ferroce::link::af_packet::{RawSocket, RingUse};
 use ferroce::link::interface::Interface;
-use ferroce::link::{Link, PacketLink};
 use ferroce::wire::{
     packet, BthRepr, DatagramRepr, EthernetRepr, ExtRepr, FrameRepr, IbRepr, IpRepr, Opcode, Psn,
     RethRepr,
@@ -40,7 +40,9 @@ fn main() {
     let secs: u64 = args[7].parse().expect("SECONDS");
     let other_port = args.get(8).is_some_and(|a| a == "--other-port");
     let own_mac = iface.mac;
-    let link = PacketLink::open(iface).expect("open the interface (root?)");
+    // A bare AF_PACKET socket: no UDP 4791 reservation, so it can share a namespace
+    // with the real client whose address it spoofs.
+    let link = RawSocket::open(iface.index, 2048, RingUse::None).expect("AF_PACKET (root?)");
 
     let mut x: u64 = Instant::now().elapsed().as_nanos() as u64 ^ 0x9e37_79b9_7f4a_7c15;
     let mut next = || {

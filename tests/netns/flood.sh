@@ -12,11 +12,12 @@ root=$(cd "$here/../.." && pwd)
 T=${CARGO_TARGET_DIR:-$root/target}/release
 RATE=${1:-20000} SECS=${2:-10}
 [ -x "$T/ferroce" ] || (cd "$root" && cargo build --release --quiet --bin ferroce)
-[ -x "$T/examples/psn_flood" ] || (cd "$root" && cargo build --release --quiet --example psn_flood)
+(cd "$root" && cargo build --release --quiet --example psn_flood)
 A=ferroce-fa B=ferroce-fb
 out=$(mktemp -d)
 cleanup() { ip netns del $A 2>/dev/null; ip netns del $B 2>/dev/null; true; }
-trap cleanup EXIT
+trap 'cleanup; rm -rf "$out"' EXIT
+
 cleanup
 ip netns add $A && ip netns add $B || { echo "cannot create network namespaces (need root)"; exit 1; }
 ip link add veth-a netns $A type veth peer name veth-b netns $B
@@ -41,8 +42,9 @@ run() {  # NAME [--other-port]
   local fp=$!
   wait $cp; wait $sp; wait $fp
   local bw=$(awk '/^ #bytes/ { getline; print $4; exit }' "$out/$name.client")
-  local naks=$(grep -o 'naks_sent=[0-9]*' "$out/$name.server" | head -1)
-  echo "$name: ${bw:-?} Gb/s (server QP $qpn; server $naks; $(cat "$out/$name.flood"))"
+  local c=$(grep -h '^counters:' "$out/$name.server" | head -1)
+  local n; n() { echo "$c" | grep -o "$1=[0-9]*" | cut -d= -f2 | grep . || echo 0; }
+  echo "$name: ${bw:-?} Gb/s; server QP $qpn: naks_sent=$(n naks_sent) out_of_seq_request=$(n out_of_seq_request) rx_psn_out_of_window=$(n rx_psn_out_of_window) rx_malformed=$(n rx_malformed); $(tail -1 "$out/$name.flood")"
 }
 
 echo "flood at $RATE frames/s for $SECS s against perf write-bw, 64 KiB messages:"
