@@ -169,6 +169,7 @@ fn seeds() -> Vec<Seed> {
     let h = Harness::new();
     let mr = |i: usize| h.regions[i].info;
     let (rw, wo, ro, local, pd2_rw) = (mr(RW), mr(WO), mr(RO), mr(LOCAL_ONLY), mr(PD2_RW));
+    let big = mr(BIG);
     let mut v: Vec<Seed> = Vec::new();
     let mut add = |name, what, data: Vec<Vec<u8>>, expect: Expect| {
         v.push(Seed {
@@ -501,6 +502,35 @@ fn seeds() -> Vec<Seed> {
             pkt(O::RC_SEND_ONLY, RC, 0, NONE, &bytes(8, 30)),
         ],
         Box::new(|o| o.counters.duplicate_request == 1 && sent(o, O::RC_ACKNOWLEDGE) == 2),
+    );
+    let big_read = |psn: u32, off: u64, len: u32| {
+        pkt(
+            O::RC_RDMA_READ_REQUEST,
+            RC,
+            psn,
+            reth(big.addr + off, big.rkey, len),
+            &[],
+        )
+    };
+    add(
+        "rc-big-read-dup-tail",
+        "a 16-packet READ of `big`, then a retry of its last 11 packets: replayed",
+        vec![big_read(0, 0, 4096), big_read(5, 5 * 256, 4096 - 5 * 256)],
+        Box::new(|o| {
+            o.counters.duplicate_request == 1
+                && sent(o, O::RC_RDMA_READ_RESPONSE_MIDDLE) == 14 + 9
+                && sent(o, O::RC_RDMA_READ_RESPONSE_LAST) == 2
+        }),
+    );
+    add(
+        "rc-big-read-dup-outside",
+        "a READ of `big`, then a \"retry\" asking for twice as much: NAK invalid request",
+        vec![big_read(0, 0, 4096), big_read(0, 0, 8192)],
+        Box::new(|o| {
+            o.counters.rx_dup_read_outside == 1
+                && nak(o, NakCode::InvalidRequest)
+                && sent(o, O::RC_RDMA_READ_RESPONSE_LAST) == 1
+        }),
     );
     add(
         "rc-duplicate-read",
