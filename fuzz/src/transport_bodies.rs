@@ -17,7 +17,7 @@
 //! # The `responder` target
 //!
 //! Each input builds a fresh [`Harness`]: one [`Endpoint`] at 10.0.0.2 with five QPs whose
-//! peer is 10.0.0.1, eight memory regions with known keys and contents, posted receive WQEs
+//! peer is 10.0.0.1, nine memory regions with known keys and contents, posted receive WQEs
 //! and three send WQEs, then reads the input as a sequence of chunks
 //! (`mode: u8, len: u16 big-endian, body: [u8; len]`, the length cut to what is left). The
 //! `mode` bits:
@@ -25,7 +25,7 @@
 //! | bits | meaning |
 //! | --- | --- |
 //! | [`WRAP`] (0) | 0: `body` is a whole IP datagram, handed to `handle_packet` as is; 1: `body` is an IB packet (BTH through ICRC) that the harness wraps in IPv4/UDP from the peer to 10.0.0.2, with a correct ICRC |
-//! | [`FIX`] (1) | wrapped: clear TVer, set P_Key 0xffff and make the length and pad count valid for the opcode; raw: recompute the ICRC of a datagram that parses |
+//! | [`FIX`] (1) | wrapped: clear TVer, set P_Key 0xffff and make the length and pad count valid for the opcode; raw: recompute the IPv4 header checksum and the ICRC of a datagram that parses |
 //! | [`PATCH_QP`] (2) | wrapped: the destination QP becomes `QP_TABLE[low byte of dest QP % 7]` (the five QPs, an unknown QPN, QP 1) |
 //! | [`PATCH_PSN`] (3) | wrapped: the PSN becomes (the QP's initial expected PSN, or for a response the QP's first send PSN) + PSN, mod 2^24 |
 //! | 4–5 | advance the virtual clock by [`CLOCK_STEPS`]`[n]` before the packet |
@@ -41,14 +41,16 @@
 //! * no panic anywhere in the endpoint (implicit);
 //! * memory: the regions that no QP may write (`ro`: REMOTE_READ only, `local`: LOCAL_WRITE
 //!   but in no WQE, `src`: no rights, `pd2_rw`: all rights but in a PD whose only QP has
-//!   REMOTE_READ access only) end byte-identical; the receive regions (`recv`, `pd2_recv`)
+//!   REMOTE_READ access only, `big`: 16 KiB REMOTE_READ only) end byte-identical; the receive regions (`recv`, `pd2_recv`)
 //!   change only inside the SGEs of WQEs posted on a QP of their PD (clipped to the region);
 //!   `rw` and `wo` (remote write/atomic rights) may change anywhere; every region stays
 //!   registered with its length;
 //! * every emitted datagram parses with `Datagram::parse`, has a valid ICRC, goes from
 //!   10.0.0.2 to the peer, to the sending QP's remote QPN, and is sent by an RC QP; a READ
 //!   response is sent only by a QP with REMOTE_READ access and its payload is a run of bytes
-//!   of a REMOTE_READ region of that QP's PD, as they are now (no leak of other memory); an
+//!   of a REMOTE_READ region of that QP's PD, as they are now (no leak of other memory), and
+//!   exactly the bytes the READ the responder executed as new names for that PSN (a
+//!   duplicate replays only inside its original); an
 //!   atomic ACK only by a QP with REMOTE_ATOMIC access; requests only by the QP with send
 //!   WQEs, a SEND carrying exactly its source bytes;
 //! * liveness of the sans-IO surface: once `poll_transmit` returns `None`, a second call at
@@ -146,11 +148,16 @@ pub const PD2_RW: usize = 6;
 /// LOCAL_WRITE, in the second PD: the RTR QP's receive buffer.
 pub const PD2_RECV: usize = 7;
 
+/// REMOTE_READ only, 16 KiB: READs of many packets, and duplicates inside them.
+pub const BIG: usize = 8;
+/// Length of `big`.
+pub const BIG_LEN: usize = 16 * 1024;
+
 /// Request packets the send WQEs of the RC QP need (SEND, READ request, FETCH_ADD).
 pub const SQ_PKTS: u64 = 3;
-/// The longest READ response stream: the largest REMOTE_READ region (`rw`, 1024 bytes) at
-/// the path MTU.
-pub const MAX_READ_PKTS: u64 = 1024 / 256;
+/// The longest READ response stream: the largest REMOTE_READ region (`big`) at the path
+/// MTU.
+pub const MAX_READ_PKTS: u64 = BIG_LEN as u64 / 256;
 /// Datagrams the first drain may send: the send queue.
 pub const INITIAL_TX: u64 = SQ_PKTS;
 /// Datagrams one packet (or final round) may add: one responder item (at most a whole READ
@@ -254,7 +261,23 @@ pub struct Harness {
     buf: Vec<u8>,
     completions: Vec<(usize, WorkCompletion)>,
     sent: Vec<Sent>,
+    /// READ requests the responder executed as new (the originals), newest last.
+    reads: Vec<ReadOrig>,
 }
+
+/// A READ request the responder executed as new: a response at a PSN in its range must
+/// carry exactly the bytes of its range at that packet's offset.
+#[derive(Debug, Clone, Copy)]
+struct ReadOrig {
+    qp: usize,
+    psn: Psn,
+    va: u64,
+    rkey: u32,
+    len: u32,
+}
+
+/// Originals kept (more than any QP's READ resources).
+const MAX_READS: usize = 64;
 
 /// A byte of region `region`'s initial contents: a hash, so a run of bytes of one region
 /// is not found in another.
@@ -287,7 +310,7 @@ impl Harness {
         // `rw`, `wo`, `ro` and `local` are adjacent in iova space; `pd2_rw` has `rw`'s iova,
         // so only the key (and its PD) can tell them apart.
         #[rustfmt::skip]
-        let specs: [(&str, PdId, u64, usize, Access, Rule); 8] = [
+        let specs: [(&str, PdId, u64, usize, Access, Rule); 9] = [
             ("rw", pd1, 0x1_0000, 1024, all, Rule::Anywhere),
             ("wo", pd1, 0x1_0400, 256, lw | Access::REMOTE_WRITE, Rule::Anywhere),
             ("ro", pd1, 0x1_0500, 512, Access::REMOTE_READ, Rule::Canary),
@@ -296,6 +319,7 @@ impl Harness {
             ("recv", pd1, 0x3_0000, 8192, lw, Rule::Buffers),
             ("pd2_rw", pd2, 0x1_0000, 512, all, Rule::Canary),
             ("pd2_recv", pd2, 0x4_0000, 512, lw, Rule::Buffers),
+            ("big", pd1, 0x10_0000, BIG_LEN, Access::REMOTE_READ, Rule::Canary),
         ];
         let regions = specs
             .iter()
@@ -396,6 +420,7 @@ impl Harness {
             buf: vec![0; MAX_DATAGRAM_LEN],
             completions: Vec::new(),
             sent: Vec::new(),
+            reads: Vec::new(),
         };
         h.post_wqes();
         h
@@ -662,6 +687,55 @@ impl Harness {
         }
     }
 
+    /// Records `pkt` if it is a READ request (the responder just executed it as new).
+    fn record_read(&mut self, pkt: &[u8]) {
+        let Ok(d) = Datagram::parse(pkt) else { return };
+        let Ok(ib) = IbRepr::parse(&d.ib()) else {
+            return;
+        };
+        let (Some(reth), Some(qp)) = (ib.ext.reth, self.qp_index(ib.bth.dest_qp)) else {
+            return;
+        };
+        if ib.bth.opcode.operation() != Operation::RdmaReadRequest {
+            return;
+        }
+        if self.reads.len() == MAX_READS {
+            self.reads.remove(0);
+        }
+        self.reads.push(ReadOrig {
+            qp,
+            psn: ib.bth.psn,
+            va: reth.va,
+            rkey: reth.rkey,
+            len: reth.dma_len,
+        });
+    }
+
+    /// Whether `payload`, a READ response of QP `qp` at `psn`, is exactly the bytes its
+    /// original request names for that packet (as they are now): a duplicate may only
+    /// replay inside the original, never other memory or more of it.
+    fn read_response_in_range(&self, qp: usize, pd: PdId, psn: Psn, payload: &[u8]) -> bool {
+        let mtu = u64::from(PATH_MTU.bytes());
+        self.reads.iter().rev().any(|o| {
+            let k = u64::from(psn.value().wrapping_sub(o.psn.value()) & Psn::MASK);
+            let off = k * mtu;
+            if o.qp != qp || off + payload.len() as u64 > u64::from(o.len) {
+                return false;
+            }
+            let Some(r) = self.regions.iter().find(|r| {
+                r.info.rkey == o.rkey && r.pd == pd && r.access.contains(Access::REMOTE_READ)
+            }) else {
+                return false;
+            };
+            let Some(at) = (o.va + off).checked_sub(r.info.addr) else {
+                return false;
+            };
+            self.ep
+                .mr_bytes(r.info.lkey)
+                .is_some_and(|b| b.get(at as usize..at as usize + payload.len()) == Some(payload))
+        })
+    }
+
     fn check_datagram(&mut self, bytes: &[u8], qpn: u32) {
         let d = Datagram::parse(bytes).expect("an emitted datagram parses");
         assert_eq!(
@@ -697,19 +771,14 @@ impl Harness {
                     q.name
                 );
                 let p = ib.payload;
-                let found = p.is_empty()
-                    || self.regions.iter().any(|r| {
-                        r.pd == q.pd
-                            && r.access.contains(Access::REMOTE_READ)
-                            && self
-                                .ep
-                                .mr_bytes(r.info.lkey)
-                                .is_some_and(|b| b.windows(p.len()).any(|w| w == p))
-                    });
+                // Checks both that the bytes come from a REMOTE_READ region of the QP's PD
+                // (no leak of other memory) and that they are the ones the READ named.
                 assert!(
-                    found,
-                    "{} sent {} READ response bytes found in no REMOTE_READ region of its PD",
+                    p.is_empty() || self.read_response_in_range(qp, q.pd, ib.bth.psn, p),
+                    "{} sent a READ response at PSN {} ({} bytes) that is not the bytes its \
+                     READ named in a REMOTE_READ region of its PD",
                     q.name,
+                    ib.bth.psn,
                     p.len()
                 );
             }
@@ -827,12 +896,17 @@ impl Harness {
             if mode & FIX != 0 {
                 let n = Datagram::parse(&p).map(|d| d.ip_packet().len());
                 if let Ok(n) = n {
+                    ferroce_wire::ipv4::fill_header_checksum(&mut p[..n]);
                     let _ = finalize(&mut p[..n]);
                 }
             }
             p
         };
+        let executed = self.ep.counters().rdma_recvs;
         self.ep.handle_packet(self.now, &pkt);
+        if self.ep.counters().rdma_recvs > executed {
+            self.record_read(&pkt);
+        }
         if mode & HOLD == 0 {
             self.drain();
         }

@@ -89,21 +89,25 @@ impl Shared {
         // The endpoint is locked at the first frame, and held for the whole batch.
         let mut ep: Option<MutexGuard<'_, Endpoint>> = None;
         let mut now = None;
-        let got = self.io.link.recv_each(rx, &mut |frame| {
-            let ep = ep.get_or_insert_with(|| self.endpoint());
-            let now = *now.get_or_insert_with(|| self.now());
-            if frame.is_empty() {
-                return; // our own frame, looped back by an old kernel
-            }
-            self.recorder.record(frame);
-            // The transport parses, verifies and counts the datagram itself.
-            match split_link(frame) {
-                Ok((_, _, ip)) => ep.handle_packet(now, ip),
-                Err(e) => {
-                    tracing::trace!(error = %e, "dropped a non-RoCE frame");
-                    relock(&self.io.counters).rx_not_roce += 1;
+        // A panic in the link or the transport aborts the process, whichever thread
+        // receives (see `fatal`): never a device that silently stopped.
+        let got = super::fatal::abort_on_panic("packet handling", || {
+            self.io.link.recv_each(rx, &mut |frame| {
+                let ep = ep.get_or_insert_with(|| self.endpoint());
+                let now = *now.get_or_insert_with(|| self.now());
+                if frame.is_empty() {
+                    return; // our own frame, looped back by an old kernel
                 }
-            }
+                self.recorder.record(frame);
+                // The transport parses, verifies and counts the datagram itself.
+                match split_link(frame) {
+                    Ok((_, _, ip)) => ep.handle_packet(now, ip),
+                    Err(e) => {
+                        tracing::trace!(error = %e, "dropped a non-RoCE frame");
+                        relock(&self.io.counters).rx_not_roce += 1;
+                    }
+                }
+            })
         });
         let n = got.unwrap_or_else(|e| {
             tracing::warn!(error = %e, "receive failed");

@@ -27,6 +27,7 @@
 //! [`Link`]: crate::link::Link
 
 mod completions;
+mod fatal;
 mod io;
 mod recorder;
 mod thread;
@@ -164,7 +165,7 @@ impl Driver {
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name("ferroce-driver".into())
-            .spawn(move || thread::run(&s))?;
+            .spawn(move || fatal::abort_on_panic("the driver thread", || thread::run(&s)))?;
         Ok(Driver {
             shared,
             thread: Some(thread),

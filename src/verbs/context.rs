@@ -103,7 +103,8 @@ impl Context {
             local_gids: attr.gids.entries().iter().map(|e| e.gid).collect(),
             port_mtu: attr.active_mtu,
         };
-        let driver = Driver::start(Endpoint::new(config), link, resolver)?;
+        let endpoint = Endpoint::with_random(config, super::random::os_random()?);
+        let driver = Driver::start(endpoint, link, resolver)?;
         Ok(Context {
             driver: Arc::new(driver),
             attr: Arc::new(attr),

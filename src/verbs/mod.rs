@@ -30,6 +30,7 @@ mod error;
 mod mr;
 mod pd;
 mod qp;
+mod random;
 pub mod wr;
 
 pub use context::{Context, DeviceAttr};
@@ -39,6 +40,7 @@ pub use error::Error;
 pub use mr::{BorrowedRegion, MemoryRegion, RawRegion, RegionScope};
 pub use pd::{AddressHandle, ProtectionDomain, SharedReceiveQueue};
 pub use qp::{QueuePair, RcPath};
+pub use random::random_psn;
 
 pub use ferroce_transport::{
     Access, AddressVector, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendFlags,

@@ -94,6 +94,19 @@ counters! {
     rx_uc_dropped,
     /// Duplicate READ or atomic requests with no matching responder resource.
     rx_dup_unknown,
+    /// Duplicate READs asking for bytes outside the original request (NAKed).
+    rx_dup_read_outside,
+    /// Duplicate READs dropped while the READ's response stream was still being sent.
+    rx_dup_read_busy,
+    /// Requests ahead of the expected PSN by more than a requester can have in flight:
+    /// dropped without a sequence NAK (blind spoofing).
+    rx_psn_out_of_window,
+    /// READ and WRITE requests whose DMA length exceeds 2^31 (NAKed).
+    rx_dma_len_too_long,
+    /// SENDs with invalidate naming an ordinary region (refused, as in rxe).
+    rx_invalidate_refused,
+    /// IPv4 datagrams whose header checksum is wrong (the ICRC does not cover it).
+    rx_ip_csum_err,
     /// CNPs received (valid ICRC and P_Key), handled or not.
     rx_cnp,
     /// Packets accepted for a QP that arrived ECN-marked CE (mlx5's name).

@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::memory::{OwnedMemory, RegionMemory};
 use crate::mr::{Access, MrInfo, MrTable};
 use crate::qp::{CnpOut, Ctx, Qp, Rx};
+use crate::random::{seeded_fill, FillRandom, Random};
 use crate::srq::SrqTable;
 use crate::time::Instant;
 use crate::tx::{ip_udp_len, TxMeta, MAX_DATAGRAM_LEN};
@@ -25,8 +26,12 @@ use crate::verbs::{
     SrqId, WorkCompletion,
 };
 
-/// First QP number handed out (as rxe; 0 and 1 are the special QPs).
-pub const FIRST_QPN: u32 = 0x11;
+/// Lowest QP number handed out: 0 and 1 are the special QPs (SMI, GSI). QP numbers
+/// are drawn at random from `FIRST_QPN..=0xff_ffff`, so a peer cannot guess a live one
+/// from the order of creation.
+pub const FIRST_QPN: u32 = 2;
+/// Seed of the generator behind [`Endpoint::new`] (deterministic, for simulations).
+const SIM_SEED: u64 = 0x5eed_f0ce;
 /// Most work requests per queue.
 pub const MAX_WR: u32 = 16384;
 /// Most scatter/gather elements per work request.
@@ -83,7 +88,8 @@ pub struct Endpoint {
     counters: Counters,
     /// DCQCN parameters (congestion control is off unless enabled here or per QP).
     dcqcn: DcqcnConfig,
-    next_qpn: u32,
+    /// Where keys, default iovas and QP numbers come from.
+    random: Random,
     /// Round-robin cursor: the QP number to try first.
     rr: u32,
     ip_id: u16,
@@ -120,9 +126,19 @@ fn to_ip(gid: Ipv6Addr) -> IpAddr {
 }
 
 impl Endpoint {
-    /// A device with the given GIDs and port MTU.
+    /// A device with the given GIDs and port MTU whose keys, default iovas and QP
+    /// numbers come from a fixed-seed generator: reproducible, and therefore guessable.
+    /// For simulations and tests; a device on a network uses [`Endpoint::with_random`].
     pub fn new(config: EndpointConfig) -> Endpoint {
+        Endpoint::with_random(config, seeded_fill(SIM_SEED))
+    }
+
+    /// A device whose keys, default iovas and QP numbers come from `fill`, which must be
+    /// a cryptographic source (the OS's) for a device a peer can reach: RoCE v2 has no
+    /// authentication, and these values are all a blind attacker has to guess.
+    pub fn with_random(config: EndpointConfig, fill: FillRandom) -> Endpoint {
         Endpoint {
+            random: Random::new(fill),
             config,
             mrs: MrTable::default(),
             srqs: SrqTable::default(),
@@ -130,7 +146,6 @@ impl Endpoint {
             qps: BTreeMap::new(),
             counters: Counters::default(),
             dcqcn: DcqcnConfig::default(),
-            next_qpn: FIRST_QPN,
             rr: 0,
             ip_id: 0,
         }
@@ -243,7 +258,7 @@ impl Endpoint {
             return Err(Error::InvalidAccess);
         }
         self.mrs
-            .register(pd, mem, iova, access)
+            .register(pd, mem, iova, access, &mut self.random)
             .ok_or(Error::OutOfResources)
     }
 
@@ -362,15 +377,17 @@ impl Endpoint {
         Ok(qpn)
     }
 
+    /// A random QP number in `FIRST_QPN..=0xff_ffff` no live QP has.
     fn alloc_qpn(&mut self) -> Option<u32> {
-        for _ in 0..0x00ff_ffff {
-            let q = self.next_qpn;
-            self.next_qpn = if q >= 0x00ff_ffff { FIRST_QPN } else { q + 1 };
-            if !self.qps.contains_key(&q) {
-                return Some(q);
-            }
-        }
-        None
+        (0..64)
+            .map(|_| self.random.u32() & Psn::MASK)
+            .find(|q| *q >= FIRST_QPN && !self.qps.contains_key(q))
+    }
+
+    /// A random 24-bit PSN from the endpoint's source, for a QP's initial SQ_PSN (a
+    /// peer that knows it can inject requests the responder executes in sequence).
+    pub fn random_psn(&mut self) -> Psn {
+        Psn::new(self.random.u32())
     }
 
     /// Destroys a QP; its outstanding work requests are dropped without completions.
@@ -513,6 +530,13 @@ impl Endpoint {
                 return;
             }
         };
+        if !ferroce_wire::ipv4::header_checksum_ok(ip_packet) {
+            // The ICRC masks the IPv4 checksum (and TTL, TOS), so it does not protect the
+            // IP header: a datagram the kernel would drop must not be accepted here.
+            self.counters.rx_ip_csum_err += 1;
+            tracing::trace!("IPv4 header checksum error");
+            return;
+        }
         if let Err(e) = dg.verify_icrc() {
             self.counters.rx_icrc_err += 1;
             tracing::trace!(%e, "ICRC error");

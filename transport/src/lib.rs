@@ -60,6 +60,7 @@ mod flags;
 mod memory;
 mod mr;
 mod qp;
+mod random;
 mod sge;
 mod srq;
 mod time;
@@ -78,6 +79,7 @@ pub use error::{Error, Result};
 pub use memory::{in_bounds, AtomicOp, OwnedMemory, RegionMemory};
 pub use mr::{Access, MrError, MrInfo};
 pub use qp::{rc_src_port, ud_src_port, MAX_RD_ATOMIC};
+pub use random::{seeded_fill, FillRandom};
 pub use time::Instant;
 pub use tx::MAX_DATAGRAM_LEN;
 pub use verbs::{

@@ -5,11 +5,14 @@
 //! touches goes through [`MrTable::check`]: key, protection domain, bounds (overflow-safe),
 //! access right and, for atomics, 8-byte alignment. There is no other way in.
 
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use crate::flags::flags;
 pub(crate) use crate::memory::AtomicOp;
 use crate::memory::RegionMemory;
+use crate::random::Random;
 use crate::sge::{PdId, Sge};
 
 flags! {
@@ -33,6 +36,10 @@ pub enum MrError {
     InvalidKey(u32),
     /// The region was invalidated (SEND with invalidate).
     Invalidated(u32),
+    /// A peer asked to invalidate an ordinary region: as in rxe, only memory windows and
+    /// fast-registration regions (which ferroce does not have) may be invalidated
+    /// remotely, so a peer cannot revoke memory the application never handed it.
+    NotInvalidatable(u32),
     /// The region belongs to another protection domain.
     PdMismatch,
     /// The range is not inside the region (or wraps around the address space).
@@ -53,6 +60,12 @@ impl core::fmt::Display for MrError {
         match self {
             MrError::InvalidKey(k) => write!(f, "invalid memory key {k:#x}"),
             MrError::Invalidated(k) => write!(f, "memory key {k:#x} was invalidated"),
+            MrError::NotInvalidatable(k) => {
+                write!(
+                    f,
+                    "memory key {k:#x} names an ordinary region: not invalidatable"
+                )
+            }
             MrError::PdMismatch => write!(f, "memory region is in another protection domain"),
             MrError::OutOfBounds { addr, len } => {
                 write!(f, "{len} bytes at {addr:#x} are outside the region")
@@ -104,16 +117,42 @@ pub(crate) struct Checked {
     len: usize,
 }
 
-/// The default iova base of region `slot` when the caller does not choose one: each
-/// region gets its own 4 GiB window so a stray address never lands in another region.
-const AUTO_IOVA_BASE: u64 = 0x1000_0000_0000;
+/// Default iovas are drawn page-aligned below this bound (the size of a 47-bit user
+/// address space, like the application addresses rxe exposes).
+const AUTO_IOVA_LIMIT: u64 = 1 << 47;
+/// Page size of default iovas.
+const PAGE: u64 = 4096;
+/// Attempts at a fresh random key or iova before giving up (each collides with
+/// probability about live regions / 2^32).
+const DRAWS: usize = 64;
+
+/// Hashes a memory key. Keys are drawn from the endpoint's random source, so their bits
+/// are already uniform: one multiply spreads them, and a peer probing with keys of its
+/// choice only ever looks up, never inserts.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u32(&mut self, k: u32) {
+        self.0 = u64::from(k).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
 
 /// All protection domains and memory regions of an endpoint.
 #[derive(Debug, Default)]
 pub struct MrTable {
     slots: Vec<Option<Mr>>,
-    /// Key generation per slot, so a reused slot gets a fresh key.
-    generations: Vec<u8>,
+    /// Key to slot. Keys are random 32-bit values (nonzero, unique among live regions):
+    /// a peer cannot derive one from another or from the order of registration.
+    keys: HashMap<u32, usize, BuildHasherDefault<KeyHasher>>,
     pds: Vec<bool>,
 }
 
@@ -137,32 +176,34 @@ impl MrTable {
         }
     }
 
-    /// Registers `mem` at `iova` (or an automatic base). The caller checked the PD and
-    /// the access combination.
+    /// Registers `mem` at `iova` (or a random page-aligned base that overlaps no live
+    /// region) under a fresh random key. The caller checked the PD and the access
+    /// combination.
     pub(crate) fn register(
         &mut self,
         pd: PdId,
         mem: Arc<dyn RegionMemory>,
         iova: Option<u64>,
         access: Access,
+        rng: &mut Random,
     ) -> Option<MrInfo> {
+        let len = mem.len() as u64;
+        let iova = match iova {
+            Some(a) => a,
+            None => self.random_iova(len, rng)?,
+        };
+        iova.checked_add(len)?;
+        let key = (0..DRAWS)
+            .map(|_| rng.u32())
+            .find(|k| *k != 0 && !self.keys.contains_key(k))?;
         let slot = match self.slots.iter().position(Option::is_none) {
             Some(s) => s,
             None => {
                 self.slots.push(None);
-                self.generations.push(0);
                 self.slots.len() - 1
             }
         };
-        // Keys are (slot + 1) << 8 | generation: never 0, 24 bits of slot.
-        if slot >= 0x00ff_fffe {
-            return None;
-        }
-        let iova = iova.unwrap_or(AUTO_IOVA_BASE + ((slot as u64) << 32));
-        let len = mem.len() as u64;
-        iova.checked_add(len)?;
-        self.generations[slot] = self.generations[slot].wrapping_add(1);
-        let key = ((slot as u32 + 1) << 8) | u32::from(self.generations[slot]);
+        self.keys.insert(key, slot);
         self.slots[slot] = Some(Mr {
             key,
             pd,
@@ -180,32 +221,48 @@ impl MrTable {
         })
     }
 
-    fn slot_of(key: u32) -> usize {
-        ((key >> 8) as usize).wrapping_sub(1)
+    /// A random page-aligned iova for `len` bytes, below `AUTO_IOVA_LIMIT`, overlapping
+    /// no live region (so a stray address never lands in another region).
+    fn random_iova(&self, len: u64, rng: &mut Random) -> Option<u64> {
+        let span = len.checked_add(PAGE - 1)? & !(PAGE - 1);
+        let pages = AUTO_IOVA_LIMIT.checked_sub(span)? / PAGE;
+        (0..DRAWS).find_map(|_| {
+            // Page 0 stays unused: a zero address is never a default.
+            let a = (1 + rng.u64() % pages.max(1)) * PAGE;
+            let end = a.checked_add(span)?;
+            let free = self
+                .slots
+                .iter()
+                .flatten()
+                .all(|m| end <= m.iova || a >= m.iova.saturating_add(m.len));
+            (free && end <= AUTO_IOVA_LIMIT).then_some(a)
+        })
+    }
+
+    fn slot_of(&self, key: u32) -> Option<usize> {
+        self.keys.get(&key).copied()
     }
 
     fn get(&self, key: u32) -> Option<&Mr> {
-        self.slots
-            .get(Self::slot_of(key))?
-            .as_ref()
-            .filter(|m| m.key == key)
+        self.slots.get(self.slot_of(key)?)?.as_ref()
     }
 
     fn get_mut(&mut self, key: u32) -> Option<&mut Mr> {
-        self.slots
-            .get_mut(Self::slot_of(key))?
-            .as_mut()
-            .filter(|m| m.key == key)
+        let slot = self.slot_of(key)?;
+        self.slots.get_mut(slot)?.as_mut()
     }
 
     /// Removes a region; its memory is returned.
     pub(crate) fn deregister(&mut self, lkey: u32) -> Option<Arc<dyn RegionMemory>> {
-        self.get(lkey)?;
-        self.slots[Self::slot_of(lkey)].take().map(|m| m.mem)
+        let slot = self.keys.remove(&lkey)?;
+        self.slots.get_mut(slot)?.take().map(|m| m.mem)
     }
 
-    /// Invalidates the region of `rkey` (SEND with invalidate). Ferroce invalidates
-    /// ordinary MRs: afterwards neither key works until the region is re-registered.
+    /// A peer's SEND with invalidate names `rkey`. Every region ferroce has is an
+    /// ordinary MR, which (as in rxe and the spec's remote invalidation of memory windows
+    /// and fast-registration regions only) a peer may not invalidate: otherwise any peer
+    /// could revoke any region of the PD, advertised or not. Always refused; the reason
+    /// says what the key named.
     pub(crate) fn invalidate(&mut self, pd: PdId, rkey: u32) -> Result<(), MrError> {
         let mr = self.get_mut(rkey).ok_or(MrError::InvalidKey(rkey))?;
         if mr.pd != pd {
@@ -214,8 +271,7 @@ impl MrTable {
         if mr.invalidated {
             return Err(MrError::Invalidated(rkey));
         }
-        mr.invalidated = true;
-        Ok(())
+        Err(MrError::NotInvalidatable(rkey))
     }
 
     /// Registration info of a live region.
@@ -244,7 +300,7 @@ impl MrTable {
         len: u64,
         need: Access,
     ) -> Result<Checked, MrError> {
-        let slot = Self::slot_of(key);
+        let slot = self.slot_of(key).ok_or(MrError::InvalidKey(key))?;
         let mr = self.get(key).ok_or(MrError::InvalidKey(key))?;
         if mr.invalidated {
             return Err(MrError::Invalidated(key));
@@ -458,6 +514,7 @@ pub(crate) fn sge_total(sges: &[Sge]) -> Option<u32> {
 mod tests {
     use super::*;
     use crate::memory::OwnedMemory;
+    use crate::random::Random;
 
     fn owned(v: Vec<u8>) -> Arc<dyn RegionMemory> {
         Arc::new(OwnedMemory::new(v))
@@ -479,6 +536,7 @@ mod tests {
                 owned(vec![0u8; 64]),
                 Some(0x1000),
                 Access::LOCAL_WRITE | Access::REMOTE_READ,
+                &mut Random::seeded(1),
             )
             .unwrap();
         (t, pd, info)
@@ -527,7 +585,13 @@ mod tests {
         t.deregister(k).unwrap();
         assert!(t.memory(k).is_none());
         let again = t
-            .register(pd, owned(vec![0; 8]), None, Access::empty())
+            .register(
+                pd,
+                owned(vec![0; 8]),
+                None,
+                Access::empty(),
+                &mut Random::seeded(2),
+            )
             .unwrap();
         assert_ne!(again.lkey, k);
     }
@@ -537,7 +601,15 @@ mod tests {
         let mut t = MrTable::default();
         let pd = t.alloc_pd();
         let a = Access::LOCAL_WRITE | Access::REMOTE_ATOMIC;
-        let mr = t.register(pd, owned(vec![0; 16]), Some(0x2000), a).unwrap();
+        let mr = t
+            .register(
+                pd,
+                owned(vec![0; 16]),
+                Some(0x2000),
+                a,
+                &mut Random::seeded(1),
+            )
+            .unwrap();
         assert_eq!(
             t.atomic(mr.rkey, pd, 0x2004, AtomicOp::FetchAdd(1)),
             Err(MrError::Misaligned(0x2004))
@@ -556,11 +628,12 @@ mod tests {
             Ok(5)
         );
         assert_eq!(&bytes(&t, mr.lkey)[8..], &9u64.to_le_bytes());
-        t.invalidate(pd, mr.rkey).unwrap();
+        // A peer cannot invalidate an ordinary region: it keeps working.
         assert_eq!(
-            t.atomic(mr.rkey, pd, 0x2008, AtomicOp::FetchAdd(1)),
-            Err(MrError::Invalidated(mr.rkey))
+            t.invalidate(pd, mr.rkey),
+            Err(MrError::NotInvalidatable(mr.rkey))
         );
+        assert_eq!(t.atomic(mr.rkey, pd, 0x2008, AtomicOp::FetchAdd(1)), Ok(9));
     }
 
     #[test]

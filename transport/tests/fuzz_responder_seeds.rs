@@ -169,6 +169,7 @@ fn seeds() -> Vec<Seed> {
     let h = Harness::new();
     let mr = |i: usize| h.regions[i].info;
     let (rw, wo, ro, local, pd2_rw) = (mr(RW), mr(WO), mr(RO), mr(LOCAL_ONLY), mr(PD2_RW));
+    let big = mr(BIG);
     let mut v: Vec<Seed> = Vec::new();
     let mut add = |name, what, data: Vec<Vec<u8>>, expect: Expect| {
         v.push(Seed {
@@ -234,7 +235,7 @@ fn seeds() -> Vec<Seed> {
     };
     add(
         "rc-send-only-inv",
-        "a receive that invalidates `wo`",
+        "a receive that asks to invalidate `wo`, an ordinary region: refused as in rxe",
         vec![pkt(
             O::RC_SEND_ONLY_WITH_INVALIDATE,
             RC,
@@ -243,26 +244,26 @@ fn seeds() -> Vec<Seed> {
             &bytes(12, 8),
         )],
         Box::new(|o| {
-            o.completions
-                .iter()
-                .any(|(_, wc)| wc.wc_flags.contains(WcFlags::WITH_INV))
+            status(o, RC, WcStatus::RemInvReqErr)
+                && nak(o, NakCode::InvalidRequest)
+                && !o
+                    .completions
+                    .iter()
+                    .any(|(_, wc)| wc.wc_flags.contains(WcFlags::WITH_INV))
         }),
     );
     add(
         "rc-send-last-inv",
-        "a two-packet receive ending with invalidate, then a WRITE to the invalidated key",
+        "a two-packet receive ending with a refused invalidate: the receive fails",
         vec![
             pkt(O::RC_SEND_FIRST, RC, 0, NONE, &bytes(256, 9)),
             pkt(O::RC_SEND_LAST_WITH_INVALIDATE, RC, 1, inv, &bytes(4, 10)),
-            pkt(
-                O::RC_RDMA_WRITE_ONLY,
-                RC,
-                2,
-                reth(wo.addr, wo.rkey, 8),
-                &bytes(8, 11),
-            ),
         ],
-        Box::new(|o| recv_ok(o, RC, 260) && nak(o, NakCode::RemoteAccessError)),
+        Box::new(|o| {
+            status(o, RC, WcStatus::RemInvReqErr)
+                && nak(o, NakCode::InvalidRequest)
+                && !recv_ok(o, RC, 260)
+        }),
     );
     add(
         "rc-send-too-long",
@@ -501,6 +502,35 @@ fn seeds() -> Vec<Seed> {
             pkt(O::RC_SEND_ONLY, RC, 0, NONE, &bytes(8, 30)),
         ],
         Box::new(|o| o.counters.duplicate_request == 1 && sent(o, O::RC_ACKNOWLEDGE) == 2),
+    );
+    let big_read = |psn: u32, off: u64, len: u32| {
+        pkt(
+            O::RC_RDMA_READ_REQUEST,
+            RC,
+            psn,
+            reth(big.addr + off, big.rkey, len),
+            &[],
+        )
+    };
+    add(
+        "rc-big-read-dup-tail",
+        "a 16-packet READ of `big`, then a retry of its last 11 packets: replayed",
+        vec![big_read(0, 0, 4096), big_read(5, 5 * 256, 4096 - 5 * 256)],
+        Box::new(|o| {
+            o.counters.duplicate_request == 1
+                && sent(o, O::RC_RDMA_READ_RESPONSE_MIDDLE) == 14 + 9
+                && sent(o, O::RC_RDMA_READ_RESPONSE_LAST) == 2
+        }),
+    );
+    add(
+        "rc-big-read-dup-outside",
+        "a READ of `big`, then a \"retry\" asking for twice as much: NAK invalid request",
+        vec![big_read(0, 0, 4096), big_read(0, 0, 8192)],
+        Box::new(|o| {
+            o.counters.rx_dup_read_outside == 1
+                && nak(o, NakCode::InvalidRequest)
+                && sent(o, O::RC_RDMA_READ_RESPONSE_LAST) == 1
+        }),
     );
     add(
         "rc-duplicate-read",
@@ -834,14 +864,15 @@ fn seeds() -> Vec<Seed> {
         Box::new(|o| recv_ok(o, RC, 16)),
     );
     let mut d = datagram(PEER, bth, NONE, &bytes(16, 91));
-    d[8] = 1; // TTL: masked by the ICRC
+    d[8] = 1; // TTL: masked by the ICRC (the IPv4 checksum, which covers it, is fixed)
+    ferroce_wire::ipv4::fill_header_checksum(&mut d);
     d[26] ^= 0xff; // UDP checksum: masked too
     add(
         "raw-datagram-refill",
         "a datagram whose source was changed to a stranger, its ICRC recomputed (FIX)",
         vec![chunk(FIX, &{
             let mut d = d.clone();
-            d[15] = 3; // 10.0.0.3; the IPv4 checksum is not checked
+            d[15] = 3; // 10.0.0.3; FIX recomputes the IPv4 checksum too
             d
         })],
         Box::new(|o| o.counters.rx_bad_src == 1),

@@ -1,6 +1,6 @@
 //! Hostile input: garbage, truncation, wrong keys and addresses are counted and dropped.
 
-use ferroce_transport::testing::{connect, forge, node_gid, QpOpts, Rng, Sim};
+use ferroce_transport::testing::{connect, forge, node_gid, refill_icrc, QpOpts, Rng, Sim};
 use ferroce_wire::{BthRepr, DethRepr, ExtRepr, Opcode, Psn, RethRepr};
 
 #[test]
@@ -21,12 +21,17 @@ fn garbage_and_truncated_datagrams_never_panic() {
     for i in 0..good.len() {
         sim.nodes[1].handle_packet(sim.now, &good[..i]);
     }
-    for _ in 0..2000 {
+    for i in 0..2000 {
         let mut p = good.clone();
         let n = 1 + rng.below(4);
         for _ in 0..n {
             let at = rng.below(p.len() as u64) as usize;
             p[at] = rng.next_u64() as u8;
+        }
+        if i % 2 == 1 {
+            // Valid checksums around the edits: they reach the parser and the QP.
+            ferroce_wire::ipv4::fill_header_checksum(&mut p);
+            refill_icrc(&mut p);
         }
         sim.nodes[1].handle_packet(sim.now, &p);
         let len = rng.below(200) as usize;
@@ -35,7 +40,43 @@ fn garbage_and_truncated_datagrams_never_panic() {
     }
     let c = sim.nodes[1].counters();
     assert!(c.rx_malformed > 0 && c.rx_icrc_err > 0, "{c:?}");
+    // Edited packets with valid checksums reached the QP (out-of-range, wrong key or
+    // wrong PSN), never memory.
+    assert!(c.rcvd_pkts > 100, "{c:?}");
     let _ = a;
+}
+
+#[test]
+fn a_write_past_the_end_of_the_address_space_is_refused() {
+    // The bounds case on purpose, not by luck: a valid WRITE at the expected PSN whose
+    // range wraps past u64::MAX, with the region's real key.
+    let mut sim = Sim::new(42, 2, false);
+    let (_a, b) = connect(&mut sim, 0, 1, &QpOpts::default());
+    let mr = sim.nodes[1]
+        .reg_mr(
+            b.pd,
+            64,
+            ferroce_transport::Access::LOCAL_WRITE | ferroce_transport::Access::REMOTE_WRITE,
+        )
+        .unwrap();
+    let bth = BthRepr::new(Opcode::RC_RDMA_WRITE_ONLY, b.qpn, Psn::new(0x100));
+    let ext = ExtRepr {
+        reth: Some(RethRepr {
+            va: u64::MAX - 3,
+            rkey: mr.rkey,
+            dma_len: 16,
+        }),
+        ..Default::default()
+    };
+    let p = forge(sim.gid(0), sim.gid(1), bth, ext, &[1; 16]);
+    sim.nodes[1].handle_packet(sim.now, &p);
+    assert_eq!(sim.nodes[1].counters().rcvd_pkts, 1);
+    assert_eq!(sim.nodes[1].counters().naks_sent, 1);
+    assert!(sim.nodes[1]
+        .mr_bytes(mr.lkey)
+        .unwrap()
+        .iter()
+        .all(|&b| b == 0));
 }
 
 #[test]

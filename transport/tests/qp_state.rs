@@ -20,7 +20,10 @@ fn transitions_follow_the_table() {
     let s = create(&mut sim, 0, &QpOpts::default());
     let ep = &mut sim.nodes[0];
     let q = s.qpn;
-    assert_eq!(q, 0x11, "QP numbers start at 0x11 like rxe");
+    assert!(
+        (2..=0xff_ffff).contains(&q),
+        "QP numbers are random, never 0 or 1"
+    );
     // RESET -> RTR skips INIT.
     let rtr = QpAttr {
         qp_state: QpState::Rtr,

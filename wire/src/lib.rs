@@ -33,6 +33,7 @@ pub mod frame;
 pub mod icrc;
 pub mod ieth;
 pub mod immdt;
+pub mod ipv4;
 pub mod opcode;
 pub mod packet;
 pub mod psn;

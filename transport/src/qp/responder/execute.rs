@@ -4,11 +4,15 @@
 
 use ferroce_wire::{NakCode, Operation, Position};
 
-use super::{InMsg, Refuse, Resource, RespOut, INVALID_REQUEST};
+use super::{InMsg, ReadRes, Refuse, Resource, RespOut, INVALID_REQUEST};
 use crate::mr::{sge_total, Access, AtomicOp, KeyKind};
 use crate::qp::requester::packets;
 use crate::qp::{Ctx, Qp, Rx};
 use crate::verbs::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+
+/// The longest message the IB spec allows (2^31 bytes); a DMA length beyond it is an
+/// invalid request.
+pub(crate) const MAX_DMA_LEN: u32 = 1 << 31;
 
 impl Qp {
     /// Opcode sequence and length rules shared by RC and UC.
@@ -123,7 +127,8 @@ impl Qp {
         let mut inv_rkey = 0;
         if let Some(ieth) = rx.ext.ieth {
             if let Err(e) = ctx.mrs.invalidate(self.pd, ieth.rkey) {
-                tracing::debug!(qpn = self.qpn, %e, "invalidate failed");
+                ctx.counters.rx_invalidate_refused += 1;
+                tracing::debug!(qpn = self.qpn, %e, "invalidate refused");
                 return Err(Refuse::Nak(
                     NakCode::InvalidRequest,
                     Some(WcStatus::RemInvReqErr),
@@ -156,6 +161,10 @@ impl Qp {
         if matches!(pos, Position::First | Position::Only) {
             self.qp_allows(Access::REMOTE_WRITE)?;
             let reth = rx.ext.reth.ok_or(INVALID_REQUEST)?;
+            if reth.dma_len > MAX_DMA_LEN {
+                ctx.counters.rx_dma_len_too_long += 1;
+                return Err(INVALID_REQUEST);
+            }
             self.check_rkey(ctx, reth.rkey, reth.va, reth.dma_len, Access::REMOTE_WRITE)?;
             self.resp.cur = Some(InMsg::Write {
                 va: reth.va,
@@ -228,23 +237,31 @@ impl Qp {
         if self.resp.active_reads() >= usize::from(self.attr.max_dest_rd_atomic) {
             return Err(INVALID_REQUEST);
         }
+        if reth.dma_len > MAX_DMA_LEN {
+            // C9-?: messages are at most 2^31 bytes; also keeps the response count
+            // (at most 2^23 at MTU 256) inside the PSN space.
+            ctx.counters.rx_dma_len_too_long += 1;
+            return Err(INVALID_REQUEST);
+        }
         self.check_rkey(ctx, reth.rkey, reth.va, reth.dma_len, Access::REMOTE_READ)?;
         let psn = rx.bth.psn;
         let n = packets(reth.dma_len, self.mtu());
         let last_psn = psn.add(n - 1);
         let age = self.resp.next_age();
         let slot = self.resp.free_resource();
-        self.resp.res[slot] = Resource::Read {
+        self.resp.res[slot] = Resource::Read(ReadRes {
             first_psn: psn,
             last_psn,
-            start_psn: psn,
             va: reth.va,
             rkey: reth.rkey,
             len: reth.dma_len,
-            next_psn: psn,
+            start_psn: psn,
+            cur_va: reth.va,
+            cur_len: reth.dma_len,
+            next: 0,
             pending: true,
             age,
-        };
+        });
         self.push_resp(ctx, RespOut::Read { res: slot });
         self.resp.expected_psn = last_psn.add(1);
         self.resp.advance_msn();

@@ -96,7 +96,7 @@ impl Responder {
     fn active_reads(&self) -> usize {
         self.res
             .iter()
-            .filter(|r| matches!(r, Resource::Read { pending: true, .. }))
+            .filter(|r| matches!(r, Resource::Read(ReadRes { pending: true, .. })))
             .count()
     }
 
@@ -106,8 +106,8 @@ impl Responder {
         for (i, r) in self.res.iter().enumerate() {
             let age = match r {
                 Resource::Free => return i,
-                Resource::Read { pending: true, .. } => continue,
-                Resource::Read { age, .. } | Resource::Atomic { age, .. } => *age,
+                Resource::Read(ReadRes { pending: true, .. }) => continue,
+                Resource::Read(ReadRes { age, .. }) | Resource::Atomic { age, .. } => *age,
             };
             if best.is_none_or(|(_, a)| age < a) {
                 best = Some((i, age));
@@ -143,25 +143,48 @@ enum InMsg {
 #[derive(Debug, Clone, Copy)]
 enum Resource {
     Free,
-    Read {
-        /// PSN range of the original request.
-        first_psn: Psn,
-        last_psn: Psn,
-        /// The current execution (a duplicate may restart mid-message).
-        start_psn: Psn,
-        va: u64,
-        rkey: u32,
-        len: u32,
-        /// Next response PSN to send; `pending` while responses remain.
-        next_psn: Psn,
-        pending: bool,
-        age: u64,
-    },
-    Atomic {
-        psn: Psn,
-        orig: u64,
-        age: u64,
-    },
+    Read(ReadRes),
+    Atomic { psn: Psn, orig: u64, age: u64 },
+}
+
+/// An RDMA READ the responder executed: the original request (fixed once checked), and
+/// the one response stream now owed for it (the original, or a duplicate's replay).
+#[derive(Debug, Clone, Copy)]
+struct ReadRes {
+    /// PSN range of the original request's responses.
+    first_psn: Psn,
+    last_psn: Psn,
+    /// The original request: a duplicate may replay only inside it.
+    va: u64,
+    rkey: u32,
+    len: u32,
+    /// The stream being sent: its first PSN, the address and length it covers (the
+    /// original's, or a duplicate's tail of it), and the index of its next packet
+    /// counted from `start_psn` (an index, never a PSN distance, so it cannot wrap).
+    start_psn: Psn,
+    cur_va: u64,
+    cur_len: u32,
+    next: u32,
+    /// Responses remain to be sent.
+    pending: bool,
+    age: u64,
+}
+
+impl ReadRes {
+    /// The PSN of the stream's next packet.
+    fn next_psn(&self) -> Psn {
+        self.start_psn.add(self.next)
+    }
+
+    /// Whether `psn` is one of the original's response PSNs.
+    fn covers(&self, psn: Psn) -> bool {
+        offset(psn, self.first_psn) <= offset(self.last_psn, self.first_psn)
+    }
+}
+
+/// How far `psn` is past `from`, modulo 2^24 (0..2^24, never negative).
+fn offset(psn: Psn, from: Psn) -> u32 {
+    psn.value().wrapping_sub(from.value()) & Psn::MASK
 }
 
 /// A packet the responder owes the requester.
@@ -180,6 +203,14 @@ enum RespOut {
         res: usize,
     },
 }
+
+/// How far ahead of the expected PSN a request may be and still earn a sequence NAK.
+/// A real gap is the packets a requester had in flight when one was lost: ferroce's
+/// requester keeps at most 128 unacknowledged, rxe 128, NICs a few thousand (a lost
+/// READ request also skips its response PSNs; the requester's timer recovers that
+/// case). Anything further is dropped without a NAK, so a spoofer guessing PSNs at
+/// random triggers one with probability 2^-12 instead of 1/2 per packet.
+const NAK_WINDOW: i32 = 1 << 12;
 
 /// The answer to a request that breaks the protocol's rules.
 const INVALID_REQUEST: Refuse = Refuse::Nak(NakCode::InvalidRequest, None);
@@ -220,6 +251,13 @@ impl Qp {
         }
         if d > 0 {
             ctx.counters.out_of_seq_request += 1;
+            if d > NAK_WINDOW {
+                // No requester can be this far ahead of us with packets in flight that we
+                // lost: a blind spoofer's guess. NAKing would make the real requester
+                // resend its whole window.
+                ctx.counters.rx_psn_out_of_window += 1;
+                return;
+            }
             if !self.resp.nak_sent {
                 self.resp.nak_sent = true;
                 self.push_nak(ctx, expected, NakCode::PsnSequenceError);
@@ -264,11 +302,7 @@ impl Qp {
                     wc.byte_len = offset;
                     ctx.cqs.push(self.recv_cq, wc, ctx.counters);
                 }
-                // Responses owed for earlier requests still go out, then the NAK.
-                let owed = core::mem::take(&mut self.resp.out);
-                self.enter_error(ctx);
-                self.resp.out = owed;
-                self.push_nak(ctx, psn, code);
+                self.refuse_fatal(ctx, psn, code);
             }
         }
     }
@@ -290,51 +324,7 @@ impl Qp {
                     },
                 );
             }
-            Operation::RdmaReadRequest => {
-                let Some(reth) = rx.ext.reth else {
-                    ctx.counters.rx_malformed += 1;
-                    return;
-                };
-                let mtu = self.mtu();
-                let found = self.resp.res.iter().position(|r| {
-                    matches!(r, Resource::Read { first_psn, last_psn, .. }
-                        if !psn.before(*first_psn) && !psn.after(*last_psn))
-                });
-                let Some(i) = found else {
-                    ctx.counters.rx_dup_unknown += 1;
-                    return;
-                };
-                let Resource::Read { last_psn, .. } = self.resp.res[i] else {
-                    return;
-                };
-                let n = packets(reth.dma_len, mtu);
-                if psn.add(n - 1) != last_psn {
-                    // A retried READ must end where the original did.
-                    ctx.counters.rx_dup_unknown += 1;
-                    return;
-                }
-                tracing::debug!(qpn = self.qpn, %psn, "duplicate READ: re-executing");
-                if let Resource::Read {
-                    start_psn,
-                    va,
-                    rkey,
-                    len,
-                    next_psn,
-                    pending,
-                    ..
-                } = &mut self.resp.res[i]
-                {
-                    *start_psn = psn;
-                    *va = reth.va;
-                    *rkey = reth.rkey;
-                    *len = reth.dma_len;
-                    *next_psn = psn;
-                    *pending = true;
-                }
-                if !self.resp.out.contains(&RespOut::Read { res: i }) {
-                    self.push_resp(ctx, RespOut::Read { res: i });
-                }
-            }
+            Operation::RdmaReadRequest => self.rc_duplicate_read(ctx, rx),
             Operation::CompareSwap | Operation::FetchAdd => {
                 let found = self.resp.res.iter().find_map(|r| match r {
                     Resource::Atomic { psn: p, orig, .. } if *p == psn => Some(*orig),
@@ -350,6 +340,72 @@ impl Qp {
             }
             _ => ctx.counters.rx_bad_opcode += 1,
         }
+    }
+
+    /// A duplicate RDMA READ (a requester's retry). It must name a READ still held as a
+    /// resource and lie inside it: same R_Key, its bytes a tail of the original's
+    /// starting at the packet its PSN names, ending on the original's last PSN. Then the
+    /// responses restart at its PSN, from its address. Anything else asks for memory the
+    /// original never covered: NAK invalid request (the spec's rule for a duplicate
+    /// READ outside the original). While the READ's response stream is still being sent
+    /// a duplicate is dropped: there is one stream per READ, and a requester that lost
+    /// part of it retries again once it ends, so a flood of duplicates cannot multiply
+    /// the bytes sent (each replay is at most the original's length).
+    fn rc_duplicate_read(&mut self, ctx: &mut Ctx<'_>, rx: &Rx<'_>) {
+        let psn = rx.bth.psn;
+        let Some(reth) = rx.ext.reth else {
+            ctx.counters.rx_malformed += 1;
+            return;
+        };
+        let found = self.resp.res.iter().position(|r| match r {
+            Resource::Read(rr) => rr.covers(psn),
+            _ => false,
+        });
+        let Some(i) = found else {
+            ctx.counters.rx_dup_unknown += 1;
+            return;
+        };
+        let Resource::Read(orig) = self.resp.res[i] else {
+            return;
+        };
+        let mtu = self.mtu();
+        let k = offset(psn, orig.first_psn);
+        // Bytes of the original before packet k; k < packets(len) <= 2^23, so this fits.
+        let skip = u64::from(k) * u64::from(mtu);
+        let inside = reth.rkey == orig.rkey
+            && skip <= u64::from(orig.len)
+            && reth.va == orig.va.wrapping_add(skip)
+            && u64::from(reth.dma_len) == u64::from(orig.len) - skip
+            && psn.add(packets(reth.dma_len, mtu) - 1) == orig.last_psn;
+        if !inside {
+            ctx.counters.rx_dup_read_outside += 1;
+            tracing::debug!(qpn = self.qpn, %psn, "duplicate READ outside the original");
+            return self.refuse_fatal(ctx, psn, NakCode::InvalidRequest);
+        }
+        if orig.pending {
+            ctx.counters.rx_dup_read_busy += 1;
+            return;
+        }
+        tracing::debug!(qpn = self.qpn, %psn, "duplicate READ: replaying");
+        if let Resource::Read(r) = &mut self.resp.res[i] {
+            r.start_psn = psn;
+            r.cur_va = reth.va;
+            r.cur_len = reth.dma_len;
+            r.next = 0;
+            r.pending = true;
+        }
+        if !self.resp.out.contains(&RespOut::Read { res: i }) {
+            self.push_resp(ctx, RespOut::Read { res: i });
+        }
+    }
+
+    /// A request the QP cannot go on from: responses owed for earlier requests still go
+    /// out, then the NAK, and the QP is in ERR.
+    fn refuse_fatal(&mut self, ctx: &mut Ctx<'_>, psn: Psn, code: NakCode) {
+        let owed = core::mem::take(&mut self.resp.out);
+        self.enter_error(ctx);
+        self.resp.out = owed;
+        self.push_nak(ctx, psn, code);
     }
 
     /// UC: no ACKs; a message with a lost packet is dropped whole.

@@ -8,7 +8,7 @@ use ferroce_wire::{
     Syndrome,
 };
 
-use super::{Resource, RespOut};
+use super::{ReadRes, Resource, RespOut};
 use crate::mr::{Access, KeyKind};
 use crate::qp::requester::{packets, position};
 use crate::qp::{Ctx, Qp};
@@ -68,25 +68,21 @@ impl Qp {
                 write_ib(out, bth, ext, 0, |_| Ok::<(), ()>(())).ok()??
             }
             RespOut::Read { res } => {
-                let Some(Resource::Read {
-                    start_psn,
-                    va,
-                    rkey,
-                    len,
-                    next_psn,
-                    pending: true,
-                    ..
-                }) = self.resp.res.get(res).copied()
+                let Some(Resource::Read(r @ ReadRes { pending: true, .. })) =
+                    self.resp.res.get(res).copied()
                 else {
                     self.resp.out.pop_front();
                     return self.responder_tx(ctx, gids, buf, allow_paced);
                 };
+                let (va, rkey, len) = (r.cur_va, r.rkey, r.cur_len);
+                let next_psn = r.next_psn();
                 let mtu = self.mtu();
                 let n = packets(len, mtu);
-                let k = next_psn.distance(start_psn).max(0) as u32;
+                let k = r.next;
                 let pos = position(k, n);
-                let off = k * mtu;
-                let plen = (len - off.min(len)).min(mtu);
+                // k < n <= 2^23 and mtu <= 4096: the offset fits in u64 and is <= len.
+                let off = u64::from(k) * u64::from(mtu);
+                let plen = (u64::from(len).saturating_sub(off)).min(u64::from(mtu)) as u32;
                 let mut ext = ExtRepr::default();
                 if pos != Position::Middle {
                     ext.aeth = Some(ack(credits));
@@ -95,7 +91,7 @@ impl Qp {
                     Opcode::lookup(Service::Rc, Operation::RdmaReadResponse, pos, false, false)?;
                 let bth = BthRepr::new(opcode, dest_qp, next_psn);
                 let pd = self.pd;
-                let at = va.wrapping_add(u64::from(off));
+                let at = va.wrapping_add(off);
                 let r = write_ib(out, bth, ext, plen as usize, |o| {
                     if o.is_empty() {
                         // A zero-length READ names no memory: its R_Key and VA were not
@@ -108,12 +104,9 @@ impl Qp {
                 match r {
                     Ok(Some(n)) => {
                         let done = matches!(pos, Position::Last | Position::Only);
-                        if let Some(Resource::Read {
-                            next_psn, pending, ..
-                        }) = self.resp.res.get_mut(res)
-                        {
-                            *next_psn = next_psn.add(1);
-                            *pending = !done;
+                        if let Some(Resource::Read(r)) = self.resp.res.get_mut(res) {
+                            r.next += 1;
+                            r.pending = !done;
                         }
                         if done {
                             self.resp.out.pop_front();

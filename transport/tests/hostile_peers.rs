@@ -1,0 +1,333 @@
+//! Hostile peers: what a spoofer with valid ICRCs can and cannot make a responder do.
+//! Each test fails on the engine before the hardening (6e319e6) and passes after.
+
+use ferroce_transport::testing::{connect, forge, parse, QpOpts, Rng, Side, Sim};
+use ferroce_transport::{
+    seeded_fill, Access, Endpoint, EndpointConfig, MrInfo, Mtu, QpInitAttr, QpState, QpType,
+    RecvWr, Sge,
+};
+use ferroce_wire::{
+    BthRepr, ExtRepr, IethRepr, NakCode, Opcode, Operation, Psn, RethRepr, Syndrome,
+};
+
+/// The PSN node 1's QP expects first (node 0 sends from `QpOpts::default().psn[0]`).
+const RQ_PSN: u32 = 0x100;
+
+/// Two connected RC QPs (MTU 1024) and a 1 MiB readable, writable region on node 1
+/// filled with a pattern.
+fn setup(seed: u64) -> (Sim, Side, Side, MrInfo) {
+    let mut sim = Sim::new(seed, 2, false);
+    let (a, b) = connect(&mut sim, 0, 1, &QpOpts::default());
+    let bytes: Vec<u8> = (0..1 << 20).map(|i: u32| (i * 7 + i / 251) as u8).collect();
+    let access = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
+    let mr = sim.nodes[1].reg_mr_with(b.pd, bytes, None, access).unwrap();
+    (sim, a, b, mr)
+}
+
+/// A request from node 0's address to node 1's QP, with a valid ICRC.
+fn to_b(sim: &Sim, b: Side, op: Opcode, psn: u32, ext: ExtRepr, payload: &[u8]) -> Vec<u8> {
+    forge(
+        sim.gid(0),
+        sim.gid(1),
+        BthRepr::new(op, b.qpn, Psn::new(psn)),
+        ext,
+        payload,
+    )
+}
+
+fn read_req(sim: &Sim, b: Side, psn: u32, va: u64, rkey: u32, len: u32) -> Vec<u8> {
+    let ext = ExtRepr {
+        reth: Some(RethRepr {
+            va,
+            rkey,
+            dma_len: len,
+        }),
+        ..Default::default()
+    };
+    to_b(sim, b, Opcode::RC_RDMA_READ_REQUEST, psn, ext, &[])
+}
+
+/// Everything node 1 sends now: (opcode, PSN, syndrome if any, payload).
+type Out = (Opcode, u32, Option<Syndrome>, Vec<u8>);
+
+fn drain(sim: &mut Sim) -> Vec<Out> {
+    let mut buf = vec![0; ferroce_transport::MAX_DATAGRAM_LEN];
+    let mut out = Vec::new();
+    while let Some(t) = sim.nodes[1].poll_transmit(sim.now, &mut buf) {
+        let p = parse(&buf[..t.len]).expect("node 1 sends valid packets");
+        out.push((
+            p.bth.opcode,
+            p.bth.psn.value(),
+            p.ext.aeth.map(|a| a.syndrome),
+            p.payload.to_vec(),
+        ));
+    }
+    out
+}
+
+fn read_payload(out: &[Out]) -> Vec<u8> {
+    out.iter()
+        .filter(|o| o.0.operation() == Operation::RdmaReadResponse)
+        .flat_map(|o| o.3.clone())
+        .collect()
+}
+
+fn naks(out: &[Out], code: NakCode) -> usize {
+    out.iter()
+        .filter(|o| o.2 == Some(Syndrome::Nak(code)))
+        .count()
+}
+
+#[test]
+fn keys_iovas_and_qpns_come_from_the_random_source() {
+    let cfg = || EndpointConfig {
+        local_gids: vec![],
+        port_mtu: Mtu::Mtu4096,
+    };
+    let regions = |seed: u64| {
+        let mut ep = Endpoint::with_random(cfg(), seeded_fill(seed));
+        let pd = ep.alloc_pd();
+        let mrs: Vec<MrInfo> = (0..200)
+            .map(|_| ep.reg_mr(pd, 5000, Access::LOCAL_WRITE).unwrap())
+            .collect();
+        let cq = ep.create_cq(16).unwrap();
+        let init = QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: cq,
+            recv_cq: cq,
+            cap: QpOpts::default().cap,
+            sq_sig_all: false,
+            srq: None,
+        };
+        let qpns: Vec<u32> = (0..50).map(|_| ep.create_qp(pd, init).unwrap()).collect();
+        (mrs, qpns)
+    };
+    let (m1, q1) = regions(1);
+    let (m2, q2) = regions(2);
+    // Another source, other keys, iovas and QP numbers: nothing follows from the order.
+    assert_ne!(m1[0].lkey, m2[0].lkey);
+    assert_ne!(m1[0].addr, m2[0].addr);
+    assert_ne!(q1[0], q2[0]);
+    let mut keys: Vec<u32> = m1.iter().map(|m| m.lkey).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    assert_eq!(keys.len(), m1.len(), "keys are unique");
+    assert!(keys.iter().all(|&k| k != 0));
+    // Not the old (slot + 1) << 8 | generation: the low byte is not the same everywhere.
+    assert!(m1.iter().any(|m| m.lkey & 0xff != m1[0].lkey & 0xff));
+    assert!(m1.iter().all(|m| m.lkey != 0x101));
+    for (i, m) in m1.iter().enumerate() {
+        assert_eq!(m.addr % 4096, 0, "page-aligned");
+        assert!(m.addr.checked_add(m.len).is_some());
+        for n in &m1[i + 1..] {
+            assert!(
+                m.addr + m.len <= n.addr || n.addr + n.len <= m.addr,
+                "overlap"
+            );
+        }
+    }
+    assert!(q1.iter().all(|&q| (2..=0xff_ffff).contains(&q)));
+    let sequential = q1.windows(2).filter(|w| w[1] == w[0] + 1).count();
+    assert!(sequential < 3, "QP numbers count up: {q1:x?}");
+}
+
+#[test]
+fn duplicate_read_outside_the_original_is_refused() {
+    let (mut sim, _a, b, mr) = setup(60);
+    let req = read_req(&sim, b, RQ_PSN, mr.addr + 64, mr.rkey, 16);
+    sim.nodes[1].handle_packet(sim.now, &req);
+    let out = drain(&mut sim);
+    assert_eq!(read_payload(&out).len(), 16);
+    // The same PSN, now 1000 bytes elsewhere in the region.
+    let dup = read_req(&sim, b, RQ_PSN, mr.addr + 4096, mr.rkey, 1000);
+    sim.nodes[1].handle_packet(sim.now, &dup);
+    let out = drain(&mut sim);
+    assert!(read_payload(&out).is_empty(), "replayed other memory");
+    assert_eq!(naks(&out, NakCode::InvalidRequest), 1, "{out:?}");
+    assert_eq!(sim.nodes[1].counters().rx_dup_read_outside, 1);
+    assert_eq!(sim.nodes[1].qp_state(b.qpn).unwrap(), QpState::Err);
+}
+
+#[test]
+fn duplicate_read_replays_only_its_tail_of_the_original() {
+    let (mut sim, _a, b, mr) = setup(61);
+    let len = 10 * 1024;
+    let p = read_req(&sim, b, RQ_PSN, mr.addr, mr.rkey, len);
+    sim.nodes[1].handle_packet(sim.now, &p);
+    let first = drain(&mut sim);
+    assert_eq!(read_payload(&first).len(), len as usize);
+    // A retry from the 4th response: the original's bytes from 3 KiB on, PSNs from +3.
+    let dup = read_req(&sim, b, RQ_PSN + 3, mr.addr + 3072, mr.rkey, len - 3072);
+    sim.nodes[1].handle_packet(sim.now, &dup);
+    let out = drain(&mut sim);
+    assert_eq!(read_payload(&out), read_payload(&first)[3072..]);
+    assert_eq!(out[0].1, RQ_PSN + 3);
+    assert_eq!(out.last().unwrap().1, RQ_PSN + 9);
+    // Longer than the original's tail: refused.
+    let dup = read_req(&sim, b, RQ_PSN + 3, mr.addr + 3072, mr.rkey, len);
+    sim.nodes[1].handle_packet(sim.now, &dup);
+    let out = drain(&mut sim);
+    assert!(read_payload(&out).is_empty());
+    assert_eq!(naks(&out, NakCode::InvalidRequest), 1);
+}
+
+#[test]
+fn duplicate_reads_share_one_stream() {
+    let (mut sim, _a, b, mr) = setup(62);
+    let len: u32 = 256 * 1024;
+    let req = read_req(&sim, b, RQ_PSN, mr.addr, mr.rkey, len);
+    sim.nodes[1].handle_packet(sim.now, &req);
+    // 200 duplicates while the 256-packet response stream is still going out.
+    for _ in 0..200 {
+        sim.nodes[1].handle_packet(sim.now, &req);
+    }
+    let out = drain(&mut sim);
+    assert_eq!(
+        read_payload(&out).len(),
+        len as usize,
+        "one stream, not 201"
+    );
+    assert_eq!(sim.nodes[1].counters().rx_dup_read_busy, 200);
+    // Once it ended, a retry is answered again, once.
+    sim.nodes[1].handle_packet(sim.now, &req);
+    let out = drain(&mut sim);
+    assert_eq!(read_payload(&out).len(), len as usize);
+}
+
+#[test]
+fn dma_length_over_2_gib_is_an_invalid_request() {
+    for (op, payload) in [
+        (Opcode::RC_RDMA_READ_REQUEST, &[][..]),
+        (Opcode::RC_RDMA_WRITE_FIRST, &[0u8; 1024][..]),
+    ] {
+        let (mut sim, _a, b, mr) = setup(63);
+        let ext = ExtRepr {
+            reth: Some(RethRepr {
+                va: mr.addr,
+                rkey: mr.rkey,
+                dma_len: (1 << 31) + 256,
+            }),
+            ..Default::default()
+        };
+        let p = to_b(&sim, b, op, RQ_PSN, ext, payload);
+        sim.nodes[1].handle_packet(sim.now, &p);
+        let out = drain(&mut sim);
+        assert!(read_payload(&out).is_empty());
+        assert_eq!(naks(&out, NakCode::InvalidRequest), 1, "{op:?}: {out:?}");
+        assert_eq!(sim.nodes[1].counters().rx_dma_len_too_long, 1);
+    }
+}
+
+#[test]
+fn remote_invalidation_of_an_ordinary_region_is_refused() {
+    let (mut sim, _a, b, mr) = setup(64);
+    // The receive buffer: never advertised, but in the PD.
+    let rbuf = sim.nodes[1].reg_mr(b.pd, 64, Access::LOCAL_WRITE).unwrap();
+    let sge = |m: &MrInfo| Sge {
+        addr: m.addr,
+        length: 64,
+        lkey: m.lkey,
+    };
+    let recv = |id| RecvWr {
+        wr_id: id,
+        sg_list: vec![sge(&rbuf)],
+    };
+    sim.nodes[1].post_recv(sim.now, b.qpn, &recv(1)).unwrap();
+    let ext = ExtRepr {
+        ieth: Some(IethRepr { rkey: rbuf.lkey }),
+        ..Default::default()
+    };
+    let inv = to_b(
+        &sim,
+        b,
+        Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
+        RQ_PSN,
+        ext,
+        &[1; 8],
+    );
+    sim.nodes[1].handle_packet(sim.now, &inv);
+    let out = drain(&mut sim);
+    assert_eq!(naks(&out, NakCode::InvalidRequest), 1, "{out:?}");
+    assert_eq!(sim.nodes[1].counters().rx_invalidate_refused, 1);
+    // Both regions still work locally.
+    assert!(sim.nodes[1].mr_info(rbuf.lkey).is_some());
+    assert!(sim.nodes[1].mr_bytes(mr.lkey).is_some());
+    let mut wcs = Vec::new();
+    sim.nodes[1].poll_cq(b.cq, &mut wcs, 8);
+    assert!(wcs.iter().all(|w| w.invalidated_rkey == 0));
+}
+
+#[test]
+fn ipv4_header_checksum_errors_are_dropped_and_counted() {
+    let (mut sim, _a, b, mr) = setup(65);
+    let ext = ExtRepr {
+        reth: Some(RethRepr {
+            va: mr.addr,
+            rkey: mr.rkey,
+            dma_len: 8,
+        }),
+        ..Default::default()
+    };
+    let mut p = to_b(&sim, b, Opcode::RC_RDMA_WRITE_ONLY, RQ_PSN, ext, &[9; 8]);
+    // The ICRC masks the checksum: the packet still has a valid ICRC.
+    p[10] ^= 0x5a;
+    sim.nodes[1].handle_packet(sim.now, &p);
+    let c = sim.nodes[1].counters().clone();
+    assert_eq!(c.rx_ip_csum_err, 1);
+    assert_eq!((c.rcvd_pkts, c.rx_icrc_err), (0, 0));
+    assert!(drain(&mut sim).is_empty(), "no ACK");
+    assert_eq!(
+        &sim.nodes[1].mr_bytes(mr.lkey).unwrap()[..8],
+        &[0, 7, 14, 21, 28, 35, 42, 49]
+    );
+    // Fixed, it is executed.
+    p[10] ^= 0x5a;
+    sim.nodes[1].handle_packet(sim.now, &p);
+    assert_eq!(&sim.nodes[1].mr_bytes(mr.lkey).unwrap()[..8], &[9; 8]);
+}
+
+#[test]
+fn random_psns_far_ahead_earn_no_sequence_nak() {
+    let (mut sim, _a, b, mr) = setup(66);
+    let mut rng = Rng::new(5);
+    let write = |sim: &Sim, psn: u32| {
+        let ext = ExtRepr {
+            reth: Some(RethRepr {
+                va: mr.addr,
+                rkey: mr.rkey,
+                dma_len: 8,
+            }),
+            ..Default::default()
+        };
+        to_b(sim, b, Opcode::RC_RDMA_WRITE_ONLY, psn, ext, &[3; 8])
+    };
+    let mut good = RQ_PSN;
+    let mut ahead = 0;
+    for i in 0..2000 {
+        // The real requester's packet, then a spoofed one at a random PSN.
+        if i % 2 == 0 {
+            let p = write(&sim, good);
+            sim.nodes[1].handle_packet(sim.now, &p);
+            good += 1;
+        }
+        let psn = (rng.next_u64() as u32) & 0xff_ffff;
+        let d = Psn::new(psn).distance(Psn::new(good));
+        if d > 4096 {
+            ahead += 1;
+            let p = write(&sim, psn);
+            sim.nodes[1].handle_packet(sim.now, &p);
+        }
+    }
+    assert!(ahead > 500);
+    let out = drain(&mut sim);
+    assert_eq!(naks(&out, NakCode::PsnSequenceError), 0, "{:?}", &out[..4]);
+    assert_eq!(sim.nodes[1].counters().rx_psn_out_of_window, ahead);
+    // A real gap (a lost packet, the next one in flight) is still NAKed once.
+    let p = write(&sim, good + 1);
+    sim.nodes[1].handle_packet(sim.now, &p);
+    let p = write(&sim, good + 2);
+    sim.nodes[1].handle_packet(sim.now, &p);
+    let out = drain(&mut sim);
+    assert_eq!(naks(&out, NakCode::PsnSequenceError), 1);
+    assert_eq!(sim.nodes[1].qp_state(b.qpn).unwrap(), QpState::Rts);
+}
