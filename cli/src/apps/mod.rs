@@ -4,4 +4,3 @@ pub mod oob;
 pub mod ops;
 pub mod perftest;
 pub mod pingpong;
-pub mod random;

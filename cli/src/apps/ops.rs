@@ -361,7 +361,7 @@ pub fn serve(
             sg_list: vec![recv_mr.sge(i * size.max(1), size)],
         })?;
     }
-    let my_psn = super::random::random_psn()?;
+    let my_psn = ferroce::verbs::random_psn()?;
     connect(&side, o, my_psn, &theirs)?;
     let mine = Peer {
         qpn: side.qp.qpn(),
@@ -464,7 +464,7 @@ pub fn client(
 
     let pd = ctx.alloc_pd()?;
     let side = setup(ctx, o, &pd, 1)?;
-    let my_psn = super::random::random_psn()?;
+    let my_psn = ferroce::verbs::random_psn()?;
     let mine = Peer {
         qpn: side.qp.qpn(),
         psn: my_psn,

@@ -135,7 +135,7 @@ pub fn run(ctx: &Context, o: &Options, out: &mut dyn Write) -> Result<Report, Pi
     let mine = Dest {
         lid: 0,
         qpn: qp.qpn(),
-        psn: super::random::random_psn()?,
+        psn: ferroce::verbs::random_psn()?,
         gid: my_gid,
     };
     let sep = if ud { ":" } else { "," };

@@ -82,7 +82,7 @@ impl Resources {
             max_recv_sge: 1,
             max_inline_data: 0,
         };
-        let base = crate::apps::random::random_psn()?;
+        let base = ferroce::verbs::random_psn()?;
         let psns = (0..q)
             .map(|i| base.wrapping_add(i as u32 * 0x1_0001) & 0xff_ffff)
             .collect();
