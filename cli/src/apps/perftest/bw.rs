@@ -100,6 +100,9 @@ fn requester(r: &Run<'_>, size: u64) -> Result<BwReport, PerfError> {
     let (mut tot_s, mut tot_c, mut sampled) = (0usize, 0usize, 0u64);
     let mut wcs = Vec::with_capacity(64);
     let mut drain_until = None;
+    // Completions seen after the duration ended: a slow bottleneck still delivers some
+    // while the tail drains; a dead connection delivers none.
+    let mut drained = 0usize;
     loop {
         let ended = clock.is_some_and(|c| c.phase(Instant::now()) == Phase::End);
         if !ended {
@@ -126,8 +129,12 @@ fn requester(r: &Run<'_>, size: u64) -> Result<BwReport, PerfError> {
             };
             match next_wc(&res.send_cq, deadline, p.timeout, "send")? {
                 Some(wc) => wcs.push(wc),
-                // Messages that never complete mean a dead connection, not a result.
-                None if ended => return Err(PerfError::Incomplete(tot_s - tot_c)),
+                // Like perftest, a duration run does not wait for its whole tail; but a
+                // tail that never moves means a dead connection, not a result.
+                None if ended && drained == 0 => {
+                    return Err(PerfError::Incomplete(tot_s - tot_c));
+                }
+                None if ended => break,
                 None => continue,
             }
             res.send_cq.poll(&mut wcs, 63);
@@ -138,6 +145,9 @@ fn requester(r: &Run<'_>, size: u64) -> Result<BwReport, PerfError> {
             let i = (wc.wr_id as usize).min(q - 1);
             ccnt[i] += 1;
             tot_c += 1;
+            if ended {
+                drained += 1;
+            }
             if timed {
                 completed.push(now);
             } else if clock.is_some_and(|c| c.phase(now) == Phase::Sample) {

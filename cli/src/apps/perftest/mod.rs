@@ -53,7 +53,8 @@ pub enum PerfError {
         /// The state it is in.
         state: QpState,
     },
-    /// Work requests still outstanding when a duration run had to end.
+    /// Work requests still outstanding when a duration run ended, none of them completing
+    /// while the tail drained.
     Incomplete(usize),
 }
 
