@@ -22,11 +22,13 @@
 //! 3. `io.tx` — the transmit batch (only with the endpoint locked);
 //! 4. `io.neighbours` — the MAC address table;
 //! 5. leaves, never held while taking another lock: `io.counters`, `recorder.pcap`,
-//!    `completions.generation`.
+//!    `completions.generation`, `cq_events.sinks` (and the channel queue each sink
+//!    locks inside it).
 //!
 //! [`Link`]: crate::link::Link
 
 mod completions;
+mod cq_events;
 mod fatal;
 mod io;
 mod recorder;
@@ -44,6 +46,8 @@ use crate::link::Link;
 use crate::net::neigh::{ResolveError, Resolver};
 
 pub use completions::CompletionSignal;
+pub use cq_events::CqEventSink;
+use cq_events::CqEvents;
 pub use io::DriverCounters;
 use io::LinkIo;
 use recorder::Recorder;
@@ -71,6 +75,8 @@ pub struct Shared {
     completions: CompletionSignal,
     /// The optional pcap of every frame.
     recorder: Recorder,
+    /// The completion channel of each CQ that has one.
+    cq_events: CqEvents,
     /// Transport time zero.
     epoch: std::time::Instant,
 }
@@ -160,6 +166,7 @@ impl Driver {
             wake: Wakeups::new()?,
             completions: CompletionSignal::new()?,
             recorder: Recorder::default(),
+            cq_events: CqEvents::default(),
             epoch: std::time::Instant::now(),
         });
         let s = shared.clone();

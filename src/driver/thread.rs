@@ -42,6 +42,7 @@ pub(super) fn run(s: &Shared) {
         let now = s.now();
         if ep.poll_timeout().is_some_and(|t| t <= now) {
             ep.handle_timeout(now);
+            s.deliver_cq_events(&mut ep);
             progressed = true;
         }
         let sent = s.transmit(&mut ep, TX_BATCH);

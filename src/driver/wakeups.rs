@@ -111,6 +111,8 @@ impl Shared {
     /// timer that now falls before the sleeping driver's is moved on its timerfd, which
     /// wakes the driver only when it is due; leftover work wakes it at once.
     pub fn kick(&self, mut ep: MutexGuard<'_, Endpoint>) {
+        // The call may have completed work itself (a flush, a local error).
+        self.deliver_cq_events(&mut ep);
         let sent = self.transmit(&mut ep, TX_BATCH);
         self.wake.arm_if_sooner(&ep);
         drop(ep);

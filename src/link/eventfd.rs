@@ -12,8 +12,19 @@ pub struct EventFd {
 impl EventFd {
     /// A non-blocking eventfd.
     pub fn new() -> io::Result<EventFd> {
+        Self::with_flags(libc::EFD_NONBLOCK)
+    }
+
+    /// A blocking eventfd in semaphore mode: each read takes one wake-up, and blocks while
+    /// there is none (unless its owner sets O_NONBLOCK). The events of a completion
+    /// channel: one read per event, as `ibv_get_cq_event` reads its channel's descriptor.
+    pub fn semaphore() -> io::Result<EventFd> {
+        Self::with_flags(libc::EFD_SEMAPHORE)
+    }
+
+    fn with_flags(flags: libc::c_int) -> io::Result<EventFd> {
         // SAFETY: plain eventfd(2) call; the result is checked before use.
-        let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        let raw = unsafe { libc::eventfd(0, flags | libc::EFD_CLOEXEC) };
         if raw < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -29,6 +40,23 @@ impl EventFd {
         // SAFETY: writes 8 bytes from a live u64, as eventfd requires. A full counter
         // (EAGAIN) already means "readable", so the result can be ignored.
         let _ = unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Takes one wake-up (semaphore mode) or all of them: blocks while there is none on a
+    /// blocking descriptor, and fails with `WouldBlock` on a non-blocking one.
+    pub fn take(&self) -> io::Result<u64> {
+        let mut v: u64 = 0;
+        loop {
+            // SAFETY: reads 8 bytes into a live u64, as eventfd requires.
+            let n = unsafe { libc::read(self.fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+            if n == 8 {
+                return Ok(v);
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
     }
 
     /// Resets the counter so the next poll blocks again.

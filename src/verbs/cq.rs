@@ -15,8 +15,8 @@ const SPIN_POLLS: usize = 200;
 /// A completion queue.
 #[derive(Debug)]
 pub struct CompletionQueue {
-    ctx: Context,
-    id: CqId,
+    pub(super) ctx: Context,
+    pub(super) id: CqId,
 }
 
 impl CompletionQueue {
@@ -82,6 +82,7 @@ impl CompletionQueue {
 
 impl Drop for CompletionQueue {
     fn drop(&mut self) {
+        self.ctx.shared().detach_cq_events(self.id);
         let _ = self.ctx.shared().endpoint().destroy_cq(self.id);
     }
 }

@@ -23,6 +23,7 @@
 //! # Ok::<(), ferroce::verbs::Error>(())
 //! ```
 
+mod channel;
 mod context;
 mod cq;
 mod device;
@@ -33,6 +34,7 @@ mod qp;
 mod random;
 pub mod wr;
 
+pub use channel::CompletionChannel;
 pub use context::{Context, DeviceAttr};
 pub use cq::CompletionQueue;
 pub use device::Device;

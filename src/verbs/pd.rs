@@ -55,12 +55,26 @@ impl ProtectionDomain {
         cap: QpCap,
         srq: Option<&SharedReceiveQueue>,
     ) -> Result<QueuePair, Error> {
+        self.create_qp_with(send_cq, recv_cq, qp_type, cap, srq, false)
+    }
+
+    /// Creates a QP with every `ibv_create_qp` option: its shared receive queue, and
+    /// `sq_sig_all` (every send completes, whatever its SIGNALED flag says).
+    pub fn create_qp_with(
+        &self,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+        qp_type: QpType,
+        cap: QpCap,
+        srq: Option<&SharedReceiveQueue>,
+        sq_sig_all: bool,
+    ) -> Result<QueuePair, Error> {
         let init = QpInitAttr {
             qp_type,
             send_cq: send_cq.id(),
             recv_cq: recv_cq.id(),
             cap,
-            sq_sig_all: false,
+            sq_sig_all,
             srq: srq.map(|s| s.id),
         };
         let qpn = self.ctx.shared().endpoint().create_qp(self.id, init)?;

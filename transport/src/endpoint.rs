@@ -333,6 +333,27 @@ impl Endpoint {
         self.cqs.len(cq)
     }
 
+    /// ibv_req_notify_cq: one event (see [`Endpoint::take_cq_events`]) at the next
+    /// completion added to `cq`, or with `solicited_only` the next one of a message sent
+    /// with the solicited-event bit, or an error.
+    pub fn req_notify_cq(&mut self, cq: CqId, solicited_only: bool) -> Result<()> {
+        if self.cqs.arm(cq, solicited_only) {
+            Ok(())
+        } else {
+            Err(Error::InvalidCq)
+        }
+    }
+
+    /// Whether requested CQ notifications fired and wait in [`Endpoint::take_cq_events`].
+    pub fn has_cq_events(&self) -> bool {
+        self.cqs.has_events()
+    }
+
+    /// Moves the CQs whose requested notification fired into `out`, oldest first.
+    pub fn take_cq_events(&mut self, out: &mut Vec<CqId>) {
+        self.cqs.take_events(out);
+    }
+
     /// Creates a QP in RESET; returns its number.
     pub fn create_qp(&mut self, pd: PdId, init: QpInitAttr) -> Result<u32> {
         if !self.mrs.pd_exists(pd) {

@@ -148,7 +148,8 @@ impl Qp {
         }
         wc.invalidated_rkey = inv_rkey;
         wc.wc_flags = flags;
-        ctx.cqs.push(self.recv_cq, wc, ctx.counters);
+        ctx.cqs
+            .push_solicited(self.recv_cq, wc, rx.bth.solicited, ctx.counters);
         self.resp.advance_msn();
         Ok(())
     }
@@ -222,7 +223,8 @@ impl Qp {
                 wc.byte_len = total;
                 wc.imm_data = imm.imm;
                 wc.wc_flags = WcFlags::WITH_IMM;
-                ctx.cqs.push(self.recv_cq, wc, ctx.counters);
+                ctx.cqs
+                    .push_solicited(self.recv_cq, wc, rx.bth.solicited, ctx.counters);
             }
         }
         self.resp.advance_msn();

@@ -477,7 +477,8 @@ impl Qp {
             return;
         };
         let wc = self.ud_place(ctx, &wqe, rx, deth.src_qp);
-        ctx.cqs.push(self.recv_cq, wc, ctx.counters);
+        ctx.cqs
+            .push_solicited(self.recv_cq, wc, rx.bth.solicited, ctx.counters);
     }
 
     fn ud_place(
