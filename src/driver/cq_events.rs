@@ -15,15 +15,18 @@ pub trait CqEventSink: Send + Sync {
     fn cq_event(&self, token: u64);
 }
 
+/// Each attached CQ's sink and the token it reports with.
+type Sinks = HashMap<CqId, (Arc<dyn CqEventSink>, u64)>;
+
 /// The channel each CQ is attached to.
 #[derive(Default)]
 pub(super) struct CqEvents {
     /// A leaf lock, taken with the endpoint locked.
-    sinks: Mutex<HashMap<CqId, (Arc<dyn CqEventSink>, u64)>>,
+    sinks: Mutex<Sinks>,
 }
 
 impl CqEvents {
-    fn sinks(&self) -> MutexGuard<'_, HashMap<CqId, (Arc<dyn CqEventSink>, u64)>> {
+    fn sinks(&self) -> MutexGuard<'_, Sinks> {
         self.sinks.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

@@ -2,7 +2,7 @@
 //! transmitting what it has to send with Ethernet headers from the neighbour table, and
 //! poll mode (API threads receiving for themselves).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -25,7 +25,14 @@ pub struct DriverCounters {
     pub tx_no_neighbour: u64,
     /// Send errors from the link.
     pub send_err: u64,
+    /// Datagrams to one of the device's own addresses, handed straight back to the
+    /// transport (two QPs of one device talking to each other).
+    pub loopback: u64,
 }
+
+/// Loopback rounds one transmission runs (each delivers what the previous one sent, and
+/// sends the answers); what is left waits for the driver thread, so one call stays bounded.
+const LOOPBACK_ROUNDS: usize = 8;
 
 /// The link and what moving frames over it needs.
 pub(super) struct LinkIo {
@@ -41,6 +48,11 @@ pub(super) struct LinkIo {
     pub(super) rx: Mutex<FrameBatch>,
     /// A leaf lock.
     counters: Mutex<DriverCounters>,
+    /// The device's own addresses: datagrams to them never reach the wire.
+    local: HashSet<IpAddr>,
+    /// Datagrams to the device itself, waiting for the transport (a leaf lock, taken with
+    /// the endpoint locked).
+    loopback: Mutex<VecDeque<Vec<u8>>>,
 }
 
 fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -54,8 +66,11 @@ impl LinkIo {
         resolver: Arc<dyn Resolver>,
         rx_batch: usize,
         tx_batch: usize,
+        local: HashSet<IpAddr>,
     ) -> Self {
         LinkIo {
+            local,
+            loopback: Mutex::new(VecDeque::new()),
             link,
             resolver,
             neighbours: Mutex::new(HashMap::new()),
@@ -67,6 +82,10 @@ impl LinkIo {
 
     /// Records the MAC address for `ip`, resolving it if unknown.
     pub(super) fn resolve(&self, ip: IpAddr, timeout: Duration) -> Result<[u8; 6], ResolveError> {
+        if self.local.contains(&ip) {
+            // Looped back inside the driver: no neighbour needed.
+            return Ok(self.link.mac());
+        }
         if let Some(mac) = relock(&self.neighbours).get(&ip) {
             return Ok(*mac);
         }
@@ -162,8 +181,38 @@ impl Shared {
     }
 
     /// Hands up to `max` datagrams from the transport to the link, built in place in the
-    /// link's buffers and sent in batches.
+    /// link's buffers and sent in batches. Datagrams to the device's own addresses go
+    /// back to the transport instead, for a bounded number of rounds.
     pub(super) fn transmit(&self, ep: &mut Endpoint, max: usize) -> TxOutcome {
+        let out = self.transmit_once(ep, max);
+        if self.io.local.is_empty() {
+            return out;
+        }
+        for _ in 0..LOOPBACK_ROUNDS {
+            let frames: Vec<Vec<u8>> = relock(&self.io.loopback).drain(..).collect();
+            if frames.is_empty() {
+                return out;
+            }
+            let now = self.now();
+            relock(&self.io.counters).loopback += frames.len() as u64;
+            for f in &frames {
+                ep.handle_packet(now, f);
+            }
+            self.deliver_cq_events(ep);
+            self.transmit_once(ep, max);
+        }
+        if !relock(&self.io.loopback).is_empty() {
+            self.wake.wake();
+        }
+        out
+    }
+
+    /// Datagrams looped back and not yet handed to the transport.
+    pub(super) fn loopback_pending(&self) -> bool {
+        !relock(&self.io.loopback).is_empty()
+    }
+
+    fn transmit_once(&self, ep: &mut Endpoint, max: usize) -> TxOutcome {
         // Whatever poll mode left for later goes now.
         self.wake.answers_pending.store(false, Ordering::Relaxed);
         let mut tx = relock(&self.io.tx);
@@ -173,6 +222,18 @@ impl Shared {
         let mut no_neighbour = 0;
         let out = self.io.link.send_each(&mut tx, max, &mut |slot| {
             let t = ep.poll_transmit(now, &mut slot[14..])?;
+            if self.io.local.contains(&t.dst) {
+                let eth = EthernetRepr {
+                    src,
+                    dst: src,
+                    vlan: None,
+                };
+                if eth.emit(&mut slot[..14], t.dst.is_ipv6()).is_ok() {
+                    self.recorder.record(&slot[..14 + t.len]);
+                }
+                relock(&self.io.loopback).push_back(slot[14..14 + t.len].to_vec());
+                return Some(0);
+            }
             let Some(&dst) = neighbours.get(&t.dst) else {
                 tracing::debug!(dst = %t.dst, "no MAC address for destination; dropped");
                 no_neighbour += 1;

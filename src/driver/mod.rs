@@ -21,7 +21,8 @@
 //! 2. `endpoint` — the transport;
 //! 3. `io.tx` — the transmit batch (only with the endpoint locked);
 //! 4. `io.neighbours` — the MAC address table;
-//! 5. leaves, never held while taking another lock: `io.counters`, `recorder.pcap`,
+//! 5. leaves, never held while taking another lock: `io.counters`, `io.loopback`,
+//!    `recorder.pcap`,
 //!    `completions.generation`, `cq_events.sinks` (and the channel queue each sink
 //!    locks inside it).
 //!
@@ -160,9 +161,15 @@ impl Driver {
         link: Arc<dyn Link>,
         resolver: Arc<dyn Resolver>,
     ) -> std::io::Result<Driver> {
+        let local = endpoint
+            .config()
+            .local_gids
+            .iter()
+            .map(|g| crate::net::gid::addr_of(*g))
+            .collect();
         let shared = Arc::new(Shared {
             endpoint: Mutex::new(endpoint),
-            io: LinkIo::new(link, resolver, RX_BATCH, TX_BATCH),
+            io: LinkIo::new(link, resolver, RX_BATCH, TX_BATCH, local),
             wake: Wakeups::new()?,
             completions: CompletionSignal::new()?,
             recorder: Recorder::default(),

@@ -46,6 +46,8 @@ pub(super) fn run(s: &Shared) {
             progressed = true;
         }
         let sent = s.transmit(&mut ep, TX_BATCH);
+        // Looped-back datagrams left over by a bounded transmit: another round soon.
+        progressed |= s.loopback_pending();
         // (A full transmit ring empties by itself; the busy-poll below looks again soon.)
         progressed |= sent.filled > 0;
         if progressed {

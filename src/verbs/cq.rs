@@ -28,6 +28,17 @@ impl CompletionQueue {
         self.id
     }
 
+    /// Whether a QP still uses this CQ (destroying it now would fail).
+    pub fn in_use(&self) -> bool {
+        self.ctx.shared().endpoint().cq_in_use(self.id)
+    }
+
+    /// Changes the number of completions the CQ holds (at least those it holds now).
+    pub fn resize(&self, depth: usize) -> Result<(), super::Error> {
+        self.ctx.shared().endpoint().resize_cq(self.id, depth)?;
+        Ok(())
+    }
+
     /// Moves up to `max` completions into `out`; returns how many.
     pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> usize {
         let shared = self.ctx.shared();

@@ -35,6 +35,12 @@ impl ProtectionDomain {
         self.id
     }
 
+    /// Whether regions, QPs or shared receive queues still use this PD: dropping it
+    /// now would leave it allocated until the device closes.
+    pub fn in_use(&self) -> bool {
+        self.ctx.shared().endpoint().pd_in_use(self.id)
+    }
+
     /// Creates a QP of `qp_type` on the given CQs.
     pub fn create_qp(
         &self,

@@ -39,6 +39,17 @@ impl CqTable {
         }
     }
 
+    /// Changes a CQ's depth; fails if it has no such CQ or holds more than `depth`.
+    pub(crate) fn resize(&mut self, id: CqId, depth: usize) -> bool {
+        match self.cqs.get_mut(id.0 as usize) {
+            Some(Some(cq)) if cq.entries.len() <= depth => {
+                cq.depth = depth;
+                true
+            }
+            _ => false,
+        }
+    }
+
     pub(crate) fn exists(&self, id: CqId) -> bool {
         matches!(self.cqs.get(id.0 as usize), Some(Some(_)))
     }

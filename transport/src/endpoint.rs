@@ -217,6 +217,12 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Whether regions, QPs or SRQs still use `pd` (so [`Endpoint::dealloc_pd`] would
+    /// fail with `PdInUse`).
+    pub fn pd_in_use(&self, pd: PdId) -> bool {
+        self.mrs.pd_in_use(pd) || self.qps.values().any(|q| q.pd == pd) || self.srqs.uses_pd(pd)
+    }
+
     /// Registers a zero-filled region of `len` bytes at an automatic iova.
     pub fn reg_mr(&mut self, pd: PdId, len: usize, access: Access) -> Result<MrInfo> {
         self.reg_mr_with(pd, vec![0; len], None, access)
@@ -320,6 +326,21 @@ impl Endpoint {
             return Err(Error::CqInUse);
         }
         self.cqs.destroy(cq);
+        Ok(())
+    }
+
+    /// Whether a QP still uses `cq` (so [`Endpoint::destroy_cq`] would fail).
+    pub fn cq_in_use(&self, cq: CqId) -> bool {
+        self.qps
+            .values()
+            .any(|q| q.send_cq == cq || q.recv_cq == cq)
+    }
+
+    /// ibv_resize_cq: `depth` entries from now on (at least those it holds).
+    pub fn resize_cq(&mut self, cq: CqId, depth: usize) -> Result<()> {
+        if depth == 0 || depth > MAX_CQE || !self.cqs.resize(cq, depth) {
+            return Err(Error::InvalidCq);
+        }
         Ok(())
     }
 

@@ -1,0 +1,29 @@
+//! `libibverbs.so.1` on ferroce: the C ABI of rdma-core's libibverbs, so that unmodified
+//! RDMA programs (perftest, rdma-core's examples and tests, UCX, MPI) run on ferroce's
+//! user-space RoCE v2 stack with no RDMA NIC and no kernel RDMA module.
+//!
+//! Every C object is a `#[repr(C)]` struct whose first field is the C struct the program
+//! sees, followed by the ferroce object behind it ([`handles`] keeps the table of live
+//! ones). Memory regions are the program's own memory, registered in place. No panic
+//! crosses into C ([`guard`]). Exports carry rdma-core's symbol versions ([`exports`]);
+//! what ferroce does not implement answers EOPNOTSUPP ([`stubs`]).
+// Every export's safety contract is libibverbs' own (see `man ibv_*`).
+#![allow(clippy::missing_safety_doc)]
+
+mod ah;
+mod context;
+mod cq;
+mod device;
+mod exports;
+mod ffi;
+mod guard;
+mod handles;
+mod mr;
+mod ops;
+mod pd;
+mod post;
+mod qp;
+mod query;
+mod srq;
+mod strings;
+mod stubs;
