@@ -1,19 +1,14 @@
-//! Open devices: `ibv_open_device` starts ferroce's driver on the interface, and the
-//! context carries the ops table the header's inline verbs call through, inside a
-//! `verbs_context` for the extended ones (`ibv_query_port`, `ibv_query_device_ex`).
+//! An open device as C sees it: an `ibv_context` inside a `verbs_context` (opened in
+//! [`crate::open`]), and its asynchronous event descriptor.
 
-use std::collections::VecDeque;
 use std::ffi::c_int;
-use std::mem::{offset_of, size_of};
-use std::sync::{Mutex, PoisonError};
+use std::mem::offset_of;
 
 use ferroce::link::eventfd::EventFd;
-use ferroce::link::LinkError;
-use ferroce::verbs::{Context, Device, Error};
+use ferroce::verbs::Context;
 
-use crate::device::{dev_of, device_name};
 use crate::ffi::*;
-use crate::guard::{catch, errno_of, null_with};
+use crate::guard::catch;
 use crate::handles::{self, Kind};
 
 /// An open device.
@@ -22,16 +17,9 @@ pub(crate) struct Ctx {
     /// Must come first: C's `ibv_context *` points at `vctx.context`.
     pub vctx: verbs_context,
     pub inner: Context,
-    /// Asynchronous events, and the descriptor (`async_fd`) that counts them.
-    pub async_events: Mutex<VecDeque<AsyncEvent>>,
+    /// The descriptor of asynchronous events (`async_fd`).
     pub async_fd: EventFd,
 }
-
-/// An `ibv_async_event` waiting for `ibv_get_async_event`.
-#[derive(Clone, Copy)]
-pub(crate) struct AsyncEvent(pub ibv_async_event);
-// SAFETY: the pointers inside are handles given back to C, never dereferenced from here.
-unsafe impl Send for AsyncEvent {}
 
 /// The context behind `p`, if `p` is a live one.
 pub(crate) fn ctx_of(p: *const ibv_context) -> Option<&'static Ctx> {
@@ -45,83 +33,6 @@ pub(crate) fn ctx_of(p: *const ibv_context) -> Option<&'static Ctx> {
 /// The `ibv_context *` of a context.
 pub(crate) fn c_ptr(c: &Ctx) -> *mut ibv_context {
     &c.vctx.context as *const ibv_context as *mut ibv_context
-}
-
-fn open_failed(name: &str, e: &Error) {
-    // One line that says what to do: the program's own message follows with errno.
-    match e {
-        Error::Link(LinkError::Permission) => eprintln!(
-            "ferroce: opening {name} needs CAP_NET_RAW: run as root, or once `sudo setcap cap_net_raw+p $(which ferroce)` and start the program with `ferroce exec -- PROGRAM`"
-        ),
-        other => eprintln!("ferroce: cannot open device {name}: {other}"),
-    }
-}
-
-#[export_name = "__ferroce_ibv_open_device"]
-pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
-    catch("ibv_open_device", std::ptr::null_mut(), || {
-        let Some(dev) = dev_of(device) else {
-            return null_with(libc::EINVAL);
-        };
-        let name = device_name(dev);
-        let opened = Device::by_name(&name).and_then(|d| d.open());
-        let inner = match opened {
-            Ok(c) => c,
-            Err(e) => {
-                open_failed(&name, &e);
-                return null_with(errno_of(&e));
-            }
-        };
-        let async_fd = match EventFd::semaphore() {
-            Ok(fd) => fd,
-            Err(e) => return null_with(e.raw_os_error().unwrap_or(libc::EIO)),
-        };
-        // SAFETY: verbs_context is plain C data (pointers, ints, a pthread mutex); zero is
-        // valid for each, and a zeroed pthread mutex is PTHREAD_MUTEX_INITIALIZER.
-        let mut vctx: verbs_context = unsafe { std::mem::zeroed() };
-        vctx.sz = size_of::<verbs_context>();
-        vctx.query_port = Some(crate::query::query_port_ex);
-        vctx.query_device_ex = Some(crate::query::query_device_ex);
-        vctx.context.device = device;
-        vctx.context.ops = crate::ops::context_ops();
-        vctx.context.cmd_fd = -1;
-        vctx.context.num_comp_vectors = 1;
-        vctx.context.abi_compat = VERBS_ABI_IS_EXTENDED as *mut _;
-        let ctx = Box::new(Ctx {
-            vctx,
-            inner,
-            async_events: Mutex::new(VecDeque::new()),
-            async_fd,
-        });
-        let p = handles::insert(ctx, Kind::Context);
-        // SAFETY: just made live; C sees the context inside it.
-        let c = unsafe { &mut *p };
-        c.vctx.context.async_fd = std::os::fd::AsRawFd::as_raw_fd(&c.async_fd);
-        tracing::debug!(device = %name, "opened");
-        c_ptr(c)
-    })
-}
-
-#[export_name = "__ferroce_ibv_close_device"]
-pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
-    catch("ibv_close_device", libc::EIO, || {
-        let Some(c) = ctx_of(context) else {
-            return libc::EINVAL;
-        };
-        let base = c as *const Ctx as *mut Ctx;
-        // The driver stops once the last object of the device is gone.
-        drop(handles::remove(base, Kind::Context));
-        0
-    })
-}
-
-/// Queues an asynchronous event for `ibv_get_async_event`.
-pub(crate) fn post_async(c: &Ctx, event: ibv_async_event) {
-    c.async_events
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .push_back(AsyncEvent(event));
-    c.async_fd.wake();
 }
 
 #[export_name = "__ferroce_ibv_get_async_event"]
@@ -139,26 +50,14 @@ pub unsafe extern "C" fn ibv_get_async_event(
             return -1;
         }
         // Blocks until an event comes, unless the program made async_fd non-blocking.
+        // ferroce raises none yet (no QP-fatal or CQ-error events): a blocking caller
+        // waits, as on a device where nothing goes wrong.
         if let Err(e) = c.async_fd.take() {
             crate::guard::set_errno(e.raw_os_error().unwrap_or(libc::EIO));
             return -1;
         }
-        let next = c
-            .async_events
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop_front();
-        match next {
-            Some(AsyncEvent(e)) => {
-                // SAFETY: checked non-NULL; the caller passes room for one event.
-                unsafe { event.write(e) };
-                0
-            }
-            None => {
-                crate::guard::set_errno(libc::EAGAIN);
-                -1
-            }
-        }
+        crate::guard::set_errno(libc::EAGAIN);
+        -1
     })
 }
 

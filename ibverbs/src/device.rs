@@ -21,7 +21,9 @@ pub(crate) struct Dev {
 // SAFETY: the C struct holds no pointers that are used from Rust; everything is plain data.
 unsafe impl Send for Dev {}
 
-/// Every device ever listed; never shrinks, so their addresses stay valid.
+/// Every device ever listed; never shrinks, and each is boxed so that its address stays
+/// valid while the list grows.
+#[allow(clippy::vec_box)]
 static DEVICES: Mutex<Vec<Box<Dev>>> = Mutex::new(Vec::new());
 
 fn copy_str(dst: &mut [c_char], s: &str) {

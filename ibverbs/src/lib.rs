@@ -19,6 +19,7 @@ mod ffi;
 mod guard;
 mod handles;
 mod mr;
+mod open;
 mod ops;
 mod pd;
 mod post;

@@ -1,0 +1,84 @@
+//! Opening and closing devices: `ibv_open_device` starts ferroce's driver on the
+//! interface and gives the context the ops table the header's inline verbs call through,
+//! inside a `verbs_context` for the extended ones (`ibv_query_port`,
+//! `ibv_query_device_ex`).
+
+use std::ffi::c_int;
+use std::mem::size_of;
+
+use ferroce::link::eventfd::EventFd;
+use ferroce::link::LinkError;
+use ferroce::verbs::{Device, Error};
+
+use crate::context::{c_ptr, ctx_of, Ctx};
+use crate::device::{dev_of, device_name};
+use crate::ffi::*;
+use crate::guard::{catch, errno_of, null_with};
+use crate::handles::{self, Kind};
+
+fn open_failed(name: &str, e: &Error) {
+    // One line that says what to do: the program's own message follows with errno.
+    match e {
+        Error::Link(LinkError::Permission) => eprintln!(
+            "ferroce: opening {name} needs CAP_NET_RAW: run as root, or once `sudo setcap cap_net_raw+p $(which ferroce)` and start the program with `ferroce exec -- PROGRAM`"
+        ),
+        other => eprintln!("ferroce: cannot open device {name}: {other}"),
+    }
+}
+
+#[export_name = "__ferroce_ibv_open_device"]
+pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
+    catch("ibv_open_device", std::ptr::null_mut(), || {
+        let Some(dev) = dev_of(device) else {
+            return null_with(libc::EINVAL);
+        };
+        let name = device_name(dev);
+        let opened = Device::by_name(&name).and_then(|d| d.open());
+        let inner = match opened {
+            Ok(c) => c,
+            Err(e) => {
+                open_failed(&name, &e);
+                return null_with(errno_of(&e));
+            }
+        };
+        let async_fd = match EventFd::semaphore() {
+            Ok(fd) => fd,
+            Err(e) => return null_with(e.raw_os_error().unwrap_or(libc::EIO)),
+        };
+        // SAFETY: verbs_context is plain C data (pointers, ints, a pthread mutex); zero is
+        // valid for each, and a zeroed pthread mutex is PTHREAD_MUTEX_INITIALIZER.
+        let mut vctx: verbs_context = unsafe { std::mem::zeroed() };
+        vctx.sz = size_of::<verbs_context>();
+        vctx.query_port = Some(crate::query::query_port_ex);
+        vctx.query_device_ex = Some(crate::query::query_device_ex);
+        vctx.context.device = device;
+        vctx.context.ops = crate::ops::context_ops();
+        vctx.context.cmd_fd = -1;
+        vctx.context.num_comp_vectors = 1;
+        vctx.context.abi_compat = VERBS_ABI_IS_EXTENDED as *mut _;
+        let ctx = Box::new(Ctx {
+            vctx,
+            inner,
+            async_fd,
+        });
+        let p = handles::insert(ctx, Kind::Context);
+        // SAFETY: just made live; C sees the context inside it.
+        let c = unsafe { &mut *p };
+        c.vctx.context.async_fd = std::os::fd::AsRawFd::as_raw_fd(&c.async_fd);
+        tracing::debug!(device = %name, "opened");
+        c_ptr(c)
+    })
+}
+
+#[export_name = "__ferroce_ibv_close_device"]
+pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
+    catch("ibv_close_device", libc::EIO, || {
+        let Some(c) = ctx_of(context) else {
+            return libc::EINVAL;
+        };
+        let base = c as *const Ctx as *mut Ctx;
+        // The driver stops once the last object of the device is gone.
+        drop(handles::remove(base, Kind::Context));
+        0
+    })
+}
