@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod decode;
 mod devices;
+mod exec;
 mod ops;
 mod perf;
 mod pingpong;
@@ -40,6 +41,12 @@ pub enum Command {
     Devices,
     /// Show device and port attributes, like ibv_devinfo.
     Devinfo(devices::DevinfoArgs),
+    /// Run an unmodified RDMA program (ibv_rc_pingpong, ib_write_bw, ...) on ferroce's libibverbs.
+    #[command(
+        override_usage = "ferroce exec [--] PROGRAM [ARGS]...",
+        after_long_help = exec::HELP
+    )]
+    Exec(exec::ExecArgs),
 }
 
 /// A user-facing error: printed as one line, exit code 2.
@@ -137,5 +144,6 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Perf(c) => perf::run(*c),
         Command::Devices => devices::devices(),
         Command::Devinfo(a) => devices::devinfo(a),
+        Command::Exec(a) => exec::run(a),
     }
 }
