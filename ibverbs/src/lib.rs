@@ -15,7 +15,7 @@ mod context;
 mod cq;
 mod device;
 mod exports;
-mod ffi;
+pub mod ffi;
 mod guard;
 mod handles;
 mod mr;
@@ -28,3 +28,6 @@ mod query;
 mod srq;
 mod strings;
 mod stubs;
+
+#[cfg(test)]
+mod c_caller_tests;

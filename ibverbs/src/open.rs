@@ -8,7 +8,7 @@ use std::mem::size_of;
 
 use ferroce::link::eventfd::EventFd;
 use ferroce::link::LinkError;
-use ferroce::verbs::{Device, Error};
+use ferroce::verbs::{Context, Device, Error};
 
 use crate::context::{c_ptr, ctx_of, Ctx};
 use crate::device::{dev_of, device_name};
@@ -41,33 +41,41 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
                 return null_with(errno_of(&e));
             }
         };
-        let async_fd = match EventFd::semaphore() {
-            Ok(fd) => fd,
-            Err(e) => return null_with(e.raw_os_error().unwrap_or(libc::EIO)),
-        };
-        // SAFETY: verbs_context is plain C data (pointers, ints, a pthread mutex); zero is
-        // valid for each, and a zeroed pthread mutex is PTHREAD_MUTEX_INITIALIZER.
-        let mut vctx: verbs_context = unsafe { std::mem::zeroed() };
-        vctx.sz = size_of::<verbs_context>();
-        vctx.query_port = Some(crate::query::query_port_ex);
-        vctx.query_device_ex = Some(crate::query::query_device_ex);
-        vctx.context.device = device;
-        vctx.context.ops = crate::ops::context_ops();
-        vctx.context.cmd_fd = -1;
-        vctx.context.num_comp_vectors = 1;
-        vctx.context.abi_compat = VERBS_ABI_IS_EXTENDED as *mut _;
-        let ctx = Box::new(Ctx {
-            vctx,
-            inner,
-            async_fd,
-        });
-        let p = handles::insert(ctx, Kind::Context);
-        // SAFETY: just made live; C sees the context inside it.
-        let c = unsafe { &mut *p };
-        c.vctx.context.async_fd = std::os::fd::AsRawFd::as_raw_fd(&c.async_fd);
-        tracing::debug!(device = %name, "opened");
-        c_ptr(c)
+        match wrap(inner, device) {
+            Ok(c) => {
+                tracing::debug!(device = %name, "opened");
+                c
+            }
+            Err(e) => null_with(e),
+        }
     })
+}
+
+/// Gives an open ferroce device its C face: the `verbs_context` with the ops tables, and
+/// the asynchronous event descriptor.
+pub(crate) fn wrap(inner: Context, device: *mut ibv_device) -> Result<*mut ibv_context, c_int> {
+    let async_fd = EventFd::semaphore().map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+    // SAFETY: verbs_context is plain C data (pointers, ints, a pthread mutex); zero is
+    // valid for each, and a zeroed pthread mutex is PTHREAD_MUTEX_INITIALIZER.
+    let mut vctx: verbs_context = unsafe { std::mem::zeroed() };
+    vctx.sz = size_of::<verbs_context>();
+    vctx.query_port = Some(crate::query::query_port_ex);
+    vctx.query_device_ex = Some(crate::query::query_device_ex);
+    vctx.context.device = device;
+    vctx.context.ops = crate::ops::context_ops();
+    vctx.context.cmd_fd = -1;
+    vctx.context.num_comp_vectors = 1;
+    vctx.context.abi_compat = VERBS_ABI_IS_EXTENDED as *mut _;
+    let ctx = Box::new(Ctx {
+        vctx,
+        inner,
+        async_fd,
+    });
+    let p = handles::insert(ctx, Kind::Context);
+    // SAFETY: just made live; C sees the context inside it.
+    let c = unsafe { &mut *p };
+    c.vctx.context.async_fd = std::os::fd::AsRawFd::as_raw_fd(&c.async_fd);
+    Ok(c_ptr(c))
 }
 
 #[export_name = "__ferroce_ibv_close_device"]

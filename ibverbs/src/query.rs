@@ -149,21 +149,23 @@ pub(crate) unsafe extern "C" fn query_port_ex(
     })
 }
 
-/// The exported `ibv_query_port`: for programs built before the inline version, whose
-/// struct ends before `link_layer` (`_compat_ibv_port_attr`).
+/// The exported `ibv_query_port`, which the header's inline version calls when a
+/// context has no `query_port` op, and older binaries call directly. Its struct is opaque
+/// in the header; every version of it has `ibv_port_attr`'s size (the old trailing
+/// `reserved` byte and padding became `flags` and `port_cap_flags2`).
 #[export_name = "__ferroce_ibv_query_port"]
 pub unsafe extern "C" fn ibv_query_port(
     context: *mut ibv_context,
     port_num: u8,
     port_attr_out: *mut _compat_ibv_port_attr,
 ) -> c_int {
-    // SAFETY: forwarded; the compat struct has exactly this size.
+    // SAFETY: forwarded; the caller's struct has ibv_port_attr's size (see above).
     unsafe {
         query_port_ex(
             context,
             port_num,
             port_attr_out.cast(),
-            size_of::<_compat_ibv_port_attr>(),
+            size_of::<ibv_port_attr>(),
         )
     }
 }

@@ -1,0 +1,274 @@
+//! The C ABI called as a C program would, including a hostile one: NULL, foreign and
+//! destroyed pointers get the verbs error convention; two QPs of one device move data
+//! between the program's own buffers through the ops table; completion channels fire.
+
+use std::ffi::c_int;
+use std::ptr::null_mut;
+use std::time::Duration;
+
+use ferroce::verbs::Context;
+
+use crate::cq::*;
+use crate::ffi::*;
+use crate::mr::*;
+use crate::open::*;
+use crate::pd::*;
+use crate::qp::*;
+use crate::query::*;
+
+fn errno() -> c_int {
+    // SAFETY: the calling thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+
+/// A device with no privileges needed: one end of an in-memory wire.
+fn memory_device() -> (*mut ibv_context, Context) {
+    let (a, b) = Context::memory_pair().unwrap();
+    (wrap(a, null_mut()).unwrap(), b)
+}
+
+#[test]
+fn null_and_foreign_pointers_get_verbs_errors() {
+    let junk = 0x1234usize as *mut u8;
+    // SAFETY: exercising the C ABI with invalid arguments is what this test is for.
+    unsafe {
+        assert!(ibv_alloc_pd(null_mut()).is_null());
+        assert_eq!(errno(), libc::EINVAL);
+        assert!(ibv_alloc_pd(junk.cast()).is_null());
+        assert_eq!(ibv_dealloc_pd(junk.cast()), libc::EINVAL);
+        assert_eq!(ibv_dealloc_pd(null_mut()), libc::EINVAL);
+        assert!(ibv_create_cq(junk.cast(), 16, null_mut(), null_mut(), 0).is_null());
+        assert_eq!(ibv_destroy_cq(null_mut()), libc::EINVAL);
+        assert_eq!(ibv_destroy_qp(junk.cast()), libc::EINVAL);
+        assert_eq!(ibv_dereg_mr(junk.cast()), libc::EINVAL);
+        assert_eq!(ibv_close_device(null_mut()), libc::EINVAL);
+        assert_eq!(ibv_query_gid(junk.cast(), 1, 0, null_mut()), -1);
+        assert!(ibv_reg_mr(null_mut(), null_mut(), 0, 0).is_null());
+        assert!(crate::device::ibv_get_device_name(junk.cast()).is_null());
+        assert_eq!(poll_cq(junk.cast(), 4, null_mut()), -1);
+        let mut bad: *mut ibv_send_wr = null_mut();
+        assert_eq!(
+            crate::post::post_send(junk.cast(), null_mut(), &mut bad),
+            libc::EINVAL
+        );
+    }
+}
+
+#[test]
+fn destroyed_objects_are_refused_not_touched() {
+    let (ctx, _peer) = memory_device();
+    // SAFETY: valid calls, then calls on destroyed objects (the point of the test).
+    unsafe {
+        let pd = ibv_alloc_pd(ctx);
+        assert!(!pd.is_null());
+        assert_eq!(ibv_dealloc_pd(pd), 0);
+        assert_eq!(ibv_dealloc_pd(pd), libc::EINVAL, "double free");
+        assert!(ibv_reg_mr(pd, null_mut(), 0, 0).is_null(), "use after free");
+        let cq = ibv_create_cq(ctx, 4, null_mut(), null_mut(), 0);
+        assert_eq!(ibv_destroy_cq(cq), 0);
+        assert_eq!(req_notify_cq(cq, 0), libc::EINVAL);
+        assert_eq!(ibv_close_device(ctx), 0);
+        assert_eq!(ibv_close_device(ctx), libc::EINVAL);
+        assert!(ibv_alloc_pd(ctx).is_null());
+    }
+}
+
+/// Moves `qp` RESET → INIT → RTR → RTS towards `dest_qpn` on the device's own GID 0.
+unsafe fn connect(ctx: *mut ibv_context, qp: *mut ibv_qp, dest_qpn: u32, access: u32) {
+    // SAFETY: the caller passes live objects; attributes are locals.
+    unsafe {
+        let mut gid = ibv_gid { raw: [0; 16] };
+        assert_eq!(ibv_query_gid(ctx, 1, 0, &mut gid), 0);
+        let mut a: ibv_qp_attr = std::mem::zeroed();
+        a.qp_state = IBV_QPS_INIT;
+        a.port_num = 1;
+        a.qp_access_flags = access;
+        let m = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+        assert_eq!(ibv_modify_qp(qp, &mut a, m as c_int), 0);
+        a.qp_state = IBV_QPS_RTR;
+        a.path_mtu = IBV_MTU_1024;
+        a.dest_qp_num = dest_qpn;
+        a.rq_psn = 7;
+        a.max_dest_rd_atomic = 1;
+        a.min_rnr_timer = 12;
+        a.ah_attr.is_global = 1;
+        a.ah_attr.grh.dgid = gid;
+        a.ah_attr.grh.hop_limit = 64;
+        a.ah_attr.port_num = 1;
+        let m = IBV_QP_STATE
+            | IBV_QP_AV
+            | IBV_QP_PATH_MTU
+            | IBV_QP_DEST_QPN
+            | IBV_QP_RQ_PSN
+            | IBV_QP_MAX_DEST_RD_ATOMIC
+            | IBV_QP_MIN_RNR_TIMER;
+        assert_eq!(ibv_modify_qp(qp, &mut a, m as c_int), 0);
+        a.qp_state = IBV_QPS_RTS;
+        a.sq_psn = 7;
+        a.timeout = 14;
+        a.retry_cnt = 7;
+        a.rnr_retry = 7;
+        a.max_rd_atomic = 1;
+        let m = IBV_QP_STATE
+            | IBV_QP_TIMEOUT
+            | IBV_QP_RETRY_CNT
+            | IBV_QP_RNR_RETRY
+            | IBV_QP_SQ_PSN
+            | IBV_QP_MAX_QP_RD_ATOMIC;
+        assert_eq!(ibv_modify_qp(qp, &mut a, m as c_int), 0);
+        assert_eq!((*qp).state, IBV_QPS_RTS);
+    }
+}
+
+/// Polls `cq` through the ops table until `n` completions came; all must succeed.
+unsafe fn completions(ctx: *mut ibv_context, cq: *mut ibv_cq, n: usize) -> Vec<ibv_wc> {
+    let mut got = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while got.len() < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} of {n} completions",
+            got.len()
+        );
+        // SAFETY: live objects; room for 4 completions.
+        unsafe {
+            let mut wc: [ibv_wc; 4] = std::mem::zeroed();
+            let poll = (*ctx).ops.poll_cq.unwrap();
+            let k = poll(cq, 4, wc.as_mut_ptr());
+            assert!(k >= 0);
+            got.extend_from_slice(&wc[..k as usize]);
+        }
+    }
+    for w in &got {
+        assert_eq!(w.status, IBV_WC_SUCCESS, "wr {}", w.wr_id);
+    }
+    got
+}
+
+#[test]
+fn two_qps_of_one_device_move_the_programs_own_bytes() {
+    let (ctx, _peer) = memory_device();
+    let mut src: Vec<u8> = (0..=255).collect();
+    let mut dst = vec![0u8; 256];
+    let access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    // SAFETY: valid calls on live objects; the buffers outlive their registrations.
+    unsafe {
+        let pd = ibv_alloc_pd(ctx);
+        assert!(ibv_reg_mr(
+            pd,
+            dst.as_mut_ptr().cast(),
+            256,
+            IBV_ACCESS_ON_DEMAND as c_int
+        )
+        .is_null());
+        assert_eq!(
+            errno(),
+            libc::EINVAL,
+            "unsupported access flags are refused"
+        );
+        let smr = ibv_reg_mr(pd, src.as_mut_ptr().cast(), 256, access as c_int);
+        let dmr = ibv_reg_mr(pd, dst.as_mut_ptr().cast(), 256, access as c_int);
+        assert!(!smr.is_null() && !dmr.is_null());
+        assert_eq!((*dmr).addr, dst.as_mut_ptr().cast(), "registered in place");
+        let ch = ibv_create_comp_channel(ctx);
+        let cq = ibv_create_cq(ctx, 16, 0x77 as *mut _, ch, 0);
+        assert!(!cq.is_null());
+        let mut init: ibv_qp_init_attr = std::mem::zeroed();
+        init.send_cq = cq;
+        init.recv_cq = cq;
+        init.qp_type = IBV_QPT_RC;
+        init.cap = ibv_qp_cap {
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            max_send_sge: 2,
+            max_recv_sge: 2,
+            max_inline_data: 64,
+        };
+        let q1 = ibv_create_qp(pd, &mut init);
+        let q2 = ibv_create_qp(pd, &mut init);
+        assert!(!q1.is_null() && !q2.is_null());
+        connect(ctx, q1, (*q2).qp_num, access);
+        connect(ctx, q2, (*q1).qp_num, access);
+        assert_eq!(ibv_destroy_cq(cq), libc::EBUSY, "QPs still use it");
+        assert_eq!(ibv_destroy_comp_channel(ch), -1, "a CQ still uses it");
+
+        // SEND: the receive lands in the program's buffer; the channel fires.
+        let mut rsge = ibv_sge {
+            addr: dst.as_ptr() as u64,
+            length: 64,
+            lkey: (*dmr).lkey,
+        };
+        let mut rwr: ibv_recv_wr = std::mem::zeroed();
+        rwr.wr_id = 1;
+        rwr.sg_list = &mut rsge;
+        rwr.num_sge = 1;
+        let mut bad_r = null_mut();
+        assert_eq!(((*ctx).ops.post_recv.unwrap())(q2, &mut rwr, &mut bad_r), 0);
+        assert_eq!(((*ctx).ops.req_notify_cq.unwrap())(cq, 0), 0);
+        let mut ssge = ibv_sge {
+            addr: src.as_ptr() as u64,
+            length: 64,
+            lkey: (*smr).lkey,
+        };
+        let mut swr: ibv_send_wr = std::mem::zeroed();
+        swr.wr_id = 2;
+        swr.sg_list = &mut ssge;
+        swr.num_sge = 1;
+        swr.opcode = IBV_WR_SEND;
+        swr.send_flags = IBV_SEND_SIGNALED;
+        let mut bad = null_mut();
+        assert_eq!(((*ctx).ops.post_send.unwrap())(q1, &mut swr, &mut bad), 0);
+        let ready =
+            ferroce::link::eventfd::poll_readable(&[(*ch).fd], Some(Duration::from_secs(5)))
+                .unwrap();
+        assert_eq!(ready, 1, "the completion channel fires");
+        let (mut ev_cq, mut ev_ctx) = (null_mut(), null_mut());
+        assert_eq!(ibv_get_cq_event(ch, &mut ev_cq, &mut ev_ctx), 0);
+        assert_eq!((ev_cq, ev_ctx as usize), (cq, 0x77));
+        ibv_ack_cq_events(cq, 1);
+        let wcs = completions(ctx, cq, 2);
+        let recv = wcs.iter().find(|w| w.wr_id == 1).expect("receive");
+        assert_eq!(
+            (recv.opcode, recv.byte_len, recv.qp_num),
+            (IBV_WC_RECV, 64, (*q2).qp_num)
+        );
+        assert_eq!(dst[..64], src[..64]);
+
+        // RDMA WRITE with immediate-free inline data from unregistered stack memory.
+        let stack = [0xabu8; 32];
+        let mut isge = ibv_sge {
+            addr: stack.as_ptr() as u64,
+            length: 32,
+            lkey: 0,
+        };
+        swr.wr_id = 3;
+        swr.sg_list = &mut isge;
+        swr.opcode = IBV_WR_RDMA_WRITE;
+        swr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+        swr.wr.rdma = ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
+            remote_addr: dst.as_ptr() as u64 + 64,
+            rkey: (*dmr).rkey,
+        };
+        assert_eq!(((*ctx).ops.post_send.unwrap())(q1, &mut swr, &mut bad), 0);
+        completions(ctx, cq, 1);
+        assert_eq!(dst[64..96], [0xab; 32]);
+
+        // A malformed request comes back in bad_wr with EINVAL; nothing is posted.
+        swr.num_sge = -1;
+        bad = null_mut();
+        assert_eq!(
+            ((*ctx).ops.post_send.unwrap())(q1, &mut swr, &mut bad),
+            libc::EINVAL
+        );
+        assert_eq!(bad, &mut swr as *mut _);
+
+        assert_eq!(ibv_destroy_qp(q1), 0);
+        assert_eq!(ibv_destroy_qp(q2), 0);
+        assert_eq!(ibv_destroy_cq(cq), 0);
+        assert_eq!(ibv_destroy_comp_channel(ch), 0);
+        assert_eq!(ibv_dereg_mr(smr), 0);
+        assert_eq!(ibv_dereg_mr(dmr), 0);
+        assert_eq!(ibv_dealloc_pd(pd), 0);
+        assert_eq!(ibv_close_device(ctx), 0);
+    }
+}
