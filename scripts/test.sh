@@ -5,8 +5,9 @@
 #                              and debug builds), then tests/system.sh
 #
 # Needs: the Rust toolchain (cargo), and root or sudo for apt-get on a machine without
-# tshark (Debian package `tshark`, the independent decoder the wire tests compare against)
-# or a font for the DCQCN plot (`fonts-dejavu-core`).
+# tshark (Debian package `tshark`, the independent decoder the wire tests compare against),
+# a font for the DCQCN plot (`fonts-dejavu-core`), or rdma-core's libibverbs-dev,
+# ibverbs-utils and perftest (the C ABI's tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +15,12 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 need_pkgs=""
 command -v tshark >/dev/null 2>&1 || need_pkgs="$need_pkgs tshark"
+# The C ABI's tests: the real header (layouts), the real library (symbols), and the
+# unmodified programs that run on ferroce's libibverbs (tests/netns/libibverbs.sh).
+[ -f /usr/include/infiniband/verbs.h ] || need_pkgs="$need_pkgs libibverbs-dev"
+command -v ibv_rc_pingpong >/dev/null 2>&1 || need_pkgs="$need_pkgs ibverbs-utils"
+command -v ib_write_bw >/dev/null 2>&1 || need_pkgs="$need_pkgs perftest"
+command -v objdump >/dev/null 2>&1 || need_pkgs="$need_pkgs binutils"
 # A TrueType font for the DCQCN test's plot (cli/examples/dcqcn_report.rs).
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_pkgs="$need_pkgs fonts-dejavu-core"
 if [ -n "$need_pkgs" ]; then
