@@ -4,6 +4,9 @@
 #           Ethernet interface (`cargo test --tests -- --ignored`), on this host
 #   netns   ferroce <-> ferroce in two network namespaces over veth, also under tc netem
 #           (tests/netns/run.sh)
+#   libibverbs  unmodified ibverbs-utils and perftest binaries on ferroce's libibverbs.so.1
+#           (`ferroce exec`) between two network namespaces over veth, on this host
+#           (tests/netns/libibverbs.sh)
 #   dcqcn   two ferroce flows through a router namespace's htb + RED ECN bottleneck, DCQCN
 #           on and off: utilisation, fairness, marks not drops (tests/dcqcn/run.sh)
 #   interop ferroce <-> Linux rxe with rdma-core's ibv_*_pingpong, both roles, sizes, MTUs,
@@ -56,6 +59,14 @@ if host_has_netem; then
   OUT=$out bash "$here/netns/run.sh" "$bin" | tee "$out/netns.txt"
 else
   echo "[system] this kernel has no netem: netns tests go to the VM"; vm_parts="netns"
+fi
+# Plain veth, no netem: always on this host. The library is built here, not above, so that
+# a library that does not build fails this part only.
+echo "[system] libibverbs tests on this host"
+if (cd "$root" && cargo build --release --quiet -p ferroce-ibverbs --lib); then
+  OUT=$out bash "$here/netns/libibverbs.sh" "$bin" | tee "$out/libibverbs.txt"
+else
+  echo "FAIL libibverbs: cargo build --release -p ferroce-ibverbs failed" | tee "$out/libibverbs.txt"
 fi
 if host_has_red && modprobe macvlan 2>/dev/null; then
   echo "[system] dcqcn test on this host"

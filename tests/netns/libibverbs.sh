@@ -1,0 +1,210 @@
+#!/bin/bash
+# Unmodified Debian binaries (ibverbs-utils, perftest) on ferroce's libibverbs.so.1 through
+# `ferroce exec`, between two network namespaces joined by a veth pair on this host (no
+# kernel RDMA module): ibv_devices and ibv_devinfo; ibv_rc_pingpong (sizes, -m 1024 and -m
+# 4096 at veth MTU 9000, -e, -c), ibv_uc/ud/srq_pingpong; perftest's ib_write_bw, ib_read_bw,
+# ib_send_bw (RC and UD), ib_atomic_bw, ib_write_lat, ib_read_lat, ib_send_lat; the
+# pingpong and ib_write_bw as nobody through a copy of ferroce given cap_net_raw+p. Then
+# what must fail cleanly: ibv_devices in a namespace without an interface (an empty list,
+# exit 0), and ibv_rc_pingpong without CAP_NET_RAW (as nobody: one stderr line naming it).
+# Each server runs in fv-b (fv-b0, 10.89.0.2), each client in fv-a (fv-a0, 10.89.0.1).
+#   tests/netns/libibverbs.sh [FERROCE_BINARY]   (needs root: namespaces, veth, setpriv,
+#                                                 setcap; nobody must reach the library)
+# The library is the one `ferroce exec` finds: $FERROCE_LIBDIR, else libibverbs.so next to
+# FERROCE_BINARY. Without an argument both are built (cargo build --release) when missing.
+# Prints PASS/FAIL lines and "libibverbs: N passed, M failed"; exit 0 iff all pass.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+if [ $# = 0 ]; then
+  F=${CARGO_TARGET_DIR:-$root/target}/release/ferroce
+  if [ ! -x "$F" ] || [ ! -f "$(dirname "$F")/libibverbs.so" ]; then
+    (cd "$root" && cargo build --release --quiet -p ferroce-cli --bin ferroce -p ferroce-ibverbs --lib)
+  fi
+else
+  F=$1
+fi
+A=fv-a B=fv-b C=fv-c          # C: a namespace with nothing but lo, down
+IA=fv-a0 IB=fv-b0 SERVER=10.89.0.2
+out=${OUT:-$root/target}/libibverbs; rm -rf "$out"; mkdir -p "$out"
+cleanup() { for ns in $A $B $C; do ip netns del "$ns" 2>/dev/null; done; true; }
+trap cleanup EXIT
+cleanup
+if ! { ip netns add $A && ip netns add $B && ip netns add $C; }; then echo "cannot create network namespaces (need root)"; exit 1; fi
+ip link add $IA netns $A type veth peer name $IB netns $B
+ip -n $A addr add 10.89.0.1/24 dev $IA; ip -n $B addr add $SERVER/24 dev $IB
+for ns in $A $B; do ip -n "$ns" link set lo up; done
+ip -n $A link set $IA up; ip -n $B link set $IB up
+pass=0 fail=0
+echo "ferroce: $("$F" --version); library: $(readlink -f "${FERROCE_LIBDIR:-$(dirname "$F")}"/libibverbs.so* 2>/dev/null | head -1)"
+
+# The GID table holds the IPv6 link-local address first when there is one, then the IPv4
+# address (src/net/gid.rs): wait until the link-local address is settled (no longer
+# tentative) so that the index read now is the index the programs see.
+settled() { ip -n "$1" -6 addr show dev "$2" scope link | grep -q inet6 && ! ip -n "$1" -6 addr show dev "$2" | grep -q tentative; }
+for _ in $(seq 1 100); do settled $A $IA && settled $B $IB && break; sleep 0.1; done
+# GID index of the interface's IPv4 address, from `ferroce devinfo -v`.
+gid_index() {
+  ip netns exec "$1" "$F" devinfo -d "$2" -v |
+    sed -n "s/.*GID\[ *\([0-9]*\)\]:[[:space:]]*::ffff:${3//./\\.},.*/\1/p" | head -1
+}
+GA=$(gid_index $A $IA 10.89.0.1) GB=$(gid_index $B $IB $SERVER)
+echo "GID index of the IPv4 address: $IA ${GA:-none}, $IB ${GB:-none}"
+if [ -z "$GA" ] || [ -z "$GB" ]; then
+  echo "FAIL gid-index: ferroce devinfo -v lists no IPv4 GID"; ip netns exec $B "$F" devinfo -v | sed 's/^/    /'
+  echo "libibverbs: 0 passed, 1 failed"; exit 1
+fi
+
+# Runs PROGRAM ARGS in namespace NS through ferroce exec, with a time limit; as the user
+# RUNAS says (setpriv's flags; empty: root), with the ferroce binary FX.
+RUNAS=() FX=$F
+in_ns() {
+  local ns=$1 t=$2; shift 2
+  if [ ${#RUNAS[@]} = 0 ]; then ip netns exec "$ns" timeout "$t" "$FX" exec -- "$@"
+  else ip netns exec "$ns" timeout "$t" setpriv "${RUNAS[@]}" "$FX" exec -- "$@"; fi
+}
+
+# Waits for TCP port PORT to listen in NS while process PID lives.
+wait_port() {
+  for _ in $(seq 1 200); do
+    ip netns exec "$1" ss -ltn | grep -q ":$2\b" && return 0
+    kill -0 "$3" 2>/dev/null || return 1
+    sleep 0.05
+  done
+  return 1
+}
+
+ok() { pass=$((pass + 1)); echo "PASS $1${2:+: $2}"; }
+ko() {  # NAME WHY FILE...: the FAIL line, then the tail of each file
+  local name=$1 why=$2 f; shift 2
+  fail=$((fail + 1)); echo "FAIL $name: $why"
+  for f in "$@"; do [ -e "$f" ] && tail -n 8 "$f" | sed "s/^/    ${f##*.}: /"; done
+}
+
+# perftest's (last) result row: the line under the " #bytes" header.
+row() { awk '/^ #bytes/ { t = 1; next } t && /^ [0-9]/ { r = $0 } /^---/ && t { exit } END { print r }' "$1"; }
+positive() { awk -v x="$1" 'BEGIN { exit !(x + 0 > 0) }'; }
+
+# pair NAME PORT KIND GIDFLAG TOOL ARGS...
+#   TOOL ARGS -d fv-b0 GIDFLAG GB -p PORT as the server in B, the same with fv-a0 and GA
+#   and the server's address last as the client in A. Both must exit 0, and then
+#   KIND pingpong: both print "N iters in S seconds = U usec/iter";
+#   KIND perftest: the client prints a result row with a positive figure (BW average,
+#   column 4, or t_typical, column 5, for the latency tests).
+pair() {
+  local name=$1 port=$2 kind=$3 gflag=$4 tool=$5; shift 5
+  local s=$out/$name.server c=$out/$name.client why="" rc
+  in_ns $B 60 "$tool" -d $IB "$gflag" "$GB" -p "$port" "$@" >"$s" 2>&1 &
+  local sp=$!
+  if wait_port $B "$port" $sp; then
+    in_ns $A 60 "$tool" -d $IA "$gflag" "$GA" -p "$port" "$@" $SERVER >"$c" 2>&1 || { rc=$?; why="client exit $rc"; }
+  else
+    why="the server never listened on port $port"; : >"$c"
+  fi
+  # A server whose client is gone gets 10 s to finish before it is stopped.
+  for _ in $(seq 1 100); do kill -0 $sp 2>/dev/null || break; sleep 0.1; done
+  kill $sp 2>/dev/null
+  wait $sp || { rc=$?; why="${why:-server exit $rc}"; }
+  local summary=""
+  if [ -z "$why" ]; then
+    case $kind in
+      pingpong)
+        grep -q 'iters in .* usec/iter' "$s" || why="no 'iters in' line from the server"
+        grep -q 'iters in .* usec/iter' "$c" || why="${why:-no 'iters in' line from the client}"
+        summary=$(grep -h 'usec/iter' "$c")
+        ;;
+      perftest)
+        local col=4 figure
+        case $tool in *_lat) col=5 ;; esac
+        summary=$(row "$c" | tr -s ' \t' ' ')
+        figure=$(row "$c" | awk -v n=$col '{ print ($n == "" ? 0 : $n) }')
+        if [ -z "$summary" ]; then why="no result row from the client"
+        elif ! positive "$figure"; then why="client figure (column $col) is $figure"; fi
+        ;;
+    esac
+  fi
+  if [ -z "$why" ]; then ok "$name" "$summary"; else ko "$name" "$why" "$c" "$s"; fi
+}
+
+# --- devices -------------------------------------------------------------------------
+in_ns $B 30 ibv_devices >"$out/ibv_devices.out" 2>&1; rc=$?
+if [ $rc != 0 ]; then ko ibv_devices "exit $rc" "$out/ibv_devices.out"
+elif ! grep -qE "^[[:space:]]+${IB}[[:space:]]+[0-9a-f]{16}\$" "$out/ibv_devices.out"; then ko ibv_devices "no line for $IB with a node GUID" "$out/ibv_devices.out"
+else ok ibv_devices "$(grep -E "^[[:space:]]+${IB}[[:space:]]" "$out/ibv_devices.out" | tr -s ' \t' ' ')"; fi
+
+in_ns $B 30 ibv_devinfo -v >"$out/ibv_devinfo.out" 2>&1; rc=$?
+why=""
+[ $rc = 0 ] || why="exit $rc"
+grep -qE "^hca_id:[[:space:]]+$IB\$" "$out/ibv_devinfo.out" || why="${why:-no hca_id: $IB}"
+grep -qE "state:[[:space:]]+PORT_ACTIVE" "$out/ibv_devinfo.out" || why="${why:-no state: PORT_ACTIVE}"
+grep -qE "link_layer:[[:space:]]+Ethernet" "$out/ibv_devinfo.out" || why="${why:-no link_layer: Ethernet}"
+grep -qE "GID\[ *$GB\]:[[:space:]]+::ffff:${SERVER//./\\.}\b" "$out/ibv_devinfo.out" || why="${why:-no GID[$GB] ::ffff:$SERVER (the index ferroce devinfo gives)}"
+if [ -z "$why" ]; then ok ibv_devinfo "hca_id $IB, PORT_ACTIVE, Ethernet, GID[$GB] ::ffff:$SERVER"
+else ko ibv_devinfo "$why" "$out/ibv_devinfo.out"; fi
+
+# --- rdma-core's pingpongs (veth MTU 1500: RoCE MTU 1024) ------------------------------
+pair rc-s1 18521 pingpong -g ibv_rc_pingpong -s 1 -n 200
+pair rc-s4096 18522 pingpong -g ibv_rc_pingpong -s 4096 -n 200
+pair rc-s65536 18523 pingpong -g ibv_rc_pingpong -s 65536 -n 50
+pair rc-m1024 18524 pingpong -g ibv_rc_pingpong -m 1024 -s 4096 -n 100
+pair rc-events 18525 pingpong -g ibv_rc_pingpong -e -s 4096 -n 200
+pair rc-chk 18526 pingpong -g ibv_rc_pingpong -c -s 4096 -n 200
+pair rc-events-chk-s65536 18527 pingpong -g ibv_rc_pingpong -e -c -s 65536 -n 50
+pair uc-s4096-chk 18528 pingpong -g ibv_uc_pingpong -c -s 4096 -n 200
+pair ud-s1024-chk 18529 pingpong -g ibv_ud_pingpong -c -s 1024 -n 200
+pair srq-chk 18530 pingpong -g ibv_srq_pingpong -c -s 4096 -n 50
+
+# --- perftest (both sides the same flags) ---------------------------------------------
+pair write_bw-s4096 18601 perftest -x ib_write_bw -F -s 4096 -n 200
+pair write_bw-s65536 18602 perftest -x ib_write_bw -F -s 65536 -n 100
+pair read_bw-s4096 18603 perftest -x ib_read_bw -F -s 4096 -n 200
+pair send_bw-s4096 18604 perftest -x ib_send_bw -F -s 4096 -n 200
+pair send_bw-s65536 18605 perftest -x ib_send_bw -F -s 65536 -n 100
+pair send_bw-ud-s1024 18606 perftest -x ib_send_bw -F -c UD -s 1024 -n 200
+pair atomic_bw 18607 perftest -x ib_atomic_bw -F -n 200
+pair write_lat-s2 18608 perftest -x ib_write_lat -F -s 2 -n 200
+pair write_lat-s4096 18609 perftest -x ib_write_lat -F -s 4096 -n 200
+pair read_lat-s64 18610 perftest -x ib_read_lat -F -s 64 -n 200
+pair send_lat-s64 18611 perftest -x ib_send_lat -F -s 64 -n 200
+pair send_lat-ud-s512 18612 perftest -x ib_send_lat -F -c UD -s 512 -n 200
+
+# --- veth MTU 9000: RoCE MTU 4096 ----------------------------------------------------
+ip -n $A link set $IA mtu 9000; ip -n $B link set $IB mtu 9000
+pair rc-m4096-s65536-chk 18531 pingpong -g ibv_rc_pingpong -m 4096 -c -s 65536 -n 50
+pair ud-s4096-chk 18532 pingpong -g ibv_ud_pingpong -c -s 4096 -n 100
+pair write_bw-m4096-s65536 18613 perftest -x ib_write_bw -F -m 4096 -s 65536 -n 100
+
+# --- not root: a ferroce given CAP_NET_RAW once (setcap) passes it on -------------------
+# A copy of ferroce (and of the library beside it) with cap_net_raw+p; both sides run as
+# nobody. Its ferroce-lib/ symlink is made first, as root: nobody cannot write there.
+capdir=$out/setcap; mkdir -p "$capdir"; chmod 755 "$out" "$capdir"
+cp "$F" "$capdir/ferroce"
+[ -f "$(dirname "$F")/libibverbs.so" ] && cp "$(dirname "$F")/libibverbs.so" "$capdir/"
+if ! "$capdir/ferroce" exec -- true >"$capdir/prepare.out" 2>&1; then ko nonroot-setcap "ferroce exec as root failed" "$capdir/prepare.out"
+elif ! setcap cap_net_raw+p "$capdir/ferroce" 2>"$capdir/prepare.out"; then ko nonroot-setcap "setcap failed (Debian package libcap2-bin)" "$capdir/prepare.out"
+else
+  RUNAS=(--reuid=65534 --regid=65534 --clear-groups) FX=$capdir/ferroce
+  pair nonroot-setcap-rc-s4096 18533 pingpong -g ibv_rc_pingpong -c -s 4096 -n 100
+  pair nonroot-setcap-write_bw 18614 perftest -x ib_write_bw -F -s 65536 -n 100
+  RUNAS=() FX=$F
+fi
+
+# --- what must fail cleanly -------------------------------------------------------------
+# No usable interface (only lo, down): the header and no device, exit 0.
+in_ns $C 30 ibv_devices >"$out/ibv_devices-empty.out" 2>&1; rc=$?
+lines=$(wc -l <"$out/ibv_devices-empty.out")
+if [ $rc = 0 ] && [ "$lines" = 2 ] && grep -q 'node GUID' "$out/ibv_devices-empty.out"; then ok ibv_devices-empty "header only, exit 0"
+else ko ibv_devices-empty "exit $rc, $lines lines (expected the 2 header lines)" "$out/ibv_devices-empty.out"; fi
+
+# No CAP_NET_RAW: as nobody, with it out of the bounding set too (so that even a ferroce
+# given file capabilities cannot pass it on). The program fails, and its stderr has one
+# line that names CAP_NET_RAW or setcap.
+e=$out/no-cap-net-raw
+ip netns exec $B timeout 20 setpriv --reuid=65534 --regid=65534 --clear-groups --bounding-set=-net_raw \
+  "$F" exec -- ibv_rc_pingpong -d $IB -g "$GB" -p 18540 >"$e.stdout" 2>"$e.stderr"; rc=$?
+n=$(grep -ciE 'CAP_NET_RAW|setcap' "$e.stderr")
+if [ $rc != 0 ] && [ $rc != 124 ] && [ "$n" = 1 ]; then ok no-cap-net-raw "exit $rc: $(grep -iE 'CAP_NET_RAW|setcap' "$e.stderr")"
+else ko no-cap-net-raw "exit $rc (124: timed out), $n stderr lines name CAP_NET_RAW/setcap (expected 1)" "$e.stderr" "$e.stdout"; fi
+
+echo "libibverbs: $pass passed, $fail failed"
+[ $fail = 0 ]
