@@ -87,13 +87,14 @@ pub unsafe extern "C" fn ibv_create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
-    _comp_vector: c_int,
+    comp_vector: c_int,
 ) -> *mut ibv_cq {
     catch("ibv_create_cq", std::ptr::null_mut(), || {
         let Some(c) = ctx_of(context) else {
             return null_with(libc::EINVAL);
         };
-        if cqe <= 0 {
+        // One completion vector (num_comp_vectors is 1).
+        if cqe <= 0 || comp_vector != 0 {
             return null_with(libc::EINVAL);
         }
         let ch = if channel.is_null() {

@@ -8,7 +8,9 @@ use std::mem::size_of;
 
 use ferroce::link::eventfd::EventFd;
 use ferroce::link::LinkError;
-use ferroce::verbs::{Context, Device, Error};
+use std::sync::{Mutex, PoisonError};
+
+use ferroce::verbs::{Context, Device, Error, WeakContext};
 
 use crate::context::{c_ptr, ctx_of, Ctx};
 use crate::device::{dev_of, device_name};
@@ -26,6 +28,25 @@ fn open_failed(name: &str, e: &Error) {
     }
 }
 
+/// The devices this process has open, by name: a second `ibv_open_device` of one device
+/// (a client and a server in one test program) shares the first one's driver, as
+/// contexts of one kernel device share it, instead of failing on the interface's UDP
+/// port, which the first holds.
+static OPEN: Mutex<Vec<(String, WeakContext)>> = Mutex::new(Vec::new());
+
+fn shared_open(name: &str) -> Option<Context> {
+    let open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+    open.iter()
+        .find(|(n, _)| n == name)
+        .and_then(|(_, w)| w.upgrade())
+}
+
+fn remember_open(name: &str, c: &Context) {
+    let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+    open.retain(|(n, w)| n != name && w.upgrade().is_some());
+    open.push((name.to_string(), c.downgrade()));
+}
+
 #[export_name = "__ferroce_ibv_open_device"]
 pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
     catch("ibv_open_device", std::ptr::null_mut(), || {
@@ -33,7 +54,13 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
             return null_with(libc::EINVAL);
         };
         let name = device_name(dev);
-        let opened = Device::by_name(&name).and_then(|d| d.open());
+        let opened = match shared_open(&name) {
+            Some(c) => Ok(c),
+            None => Device::by_name(&name).and_then(|d| d.open()),
+        };
+        if let Ok(c) = &opened {
+            remember_open(&name, c);
+        }
         let inner = match opened {
             Ok(c) => c,
             Err(e) => {

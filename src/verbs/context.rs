@@ -37,7 +37,33 @@ pub struct Context {
     attr: Arc<DeviceAttr>,
 }
 
+/// A handle to an open device that does not keep it open: for sharing one device among
+/// several users of a process (the C ABI's `ibv_open_device` called twice).
+#[derive(Debug, Clone)]
+pub struct WeakContext {
+    driver: std::sync::Weak<Driver>,
+    attr: Arc<DeviceAttr>,
+}
+
+impl WeakContext {
+    /// The device, if something still holds it open.
+    pub fn upgrade(&self) -> Option<Context> {
+        Some(Context {
+            driver: self.driver.upgrade()?,
+            attr: self.attr.clone(),
+        })
+    }
+}
+
 impl Context {
+    /// A handle that finds this device again while it is open, without keeping it open.
+    pub fn downgrade(&self) -> WeakContext {
+        WeakContext {
+            driver: Arc::downgrade(&self.driver),
+            attr: self.attr.clone(),
+        }
+    }
+
     /// Opens the device on interface `name`.
     pub fn open(name: &str) -> Result<Context, Error> {
         Device::by_name(name)?.open()

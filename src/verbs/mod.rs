@@ -35,7 +35,7 @@ mod random;
 pub mod wr;
 
 pub use channel::CompletionChannel;
-pub use context::{Context, DeviceAttr};
+pub use context::{Context, DeviceAttr, WeakContext};
 pub use cq::CompletionQueue;
 pub use device::Device;
 pub use error::Error;
