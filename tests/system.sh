@@ -6,7 +6,8 @@
 #           (tests/netns/run.sh)
 #   libibverbs  unmodified ibverbs-utils and perftest binaries on ferroce's libibverbs.so.1
 #           (`ferroce exec`) between two network namespaces over veth, on this host
-#           (tests/netns/libibverbs.sh)
+#           (tests/netns/libibverbs.sh); then rdma-core's own test suite on it
+#           (tests/rdma_core/run.sh)
 #   dcqcn   two ferroce flows through a router namespace's htb + RED ECN bottleneck, DCQCN
 #           on and off: utilisation, fairness, marks not drops (tests/dcqcn/run.sh)
 #   interop ferroce <-> Linux rxe with rdma-core's ibv_*_pingpong, both roles, sizes, MTUs,
@@ -65,6 +66,8 @@ fi
 echo "[system] libibverbs tests on this host"
 if (cd "$root" && cargo build --release --quiet -p ferroce-ibverbs --lib); then
   OUT=$out bash "$here/netns/libibverbs.sh" "$bin" | tee "$out/libibverbs.txt"
+  echo "[system] rdma-core's own test suite on ferroce's libibverbs"
+  OUT=$out bash "$here/rdma_core/run.sh" "$bin" | tee "$out/rdma-core.txt"
 else
   echo "FAIL libibverbs: cargo build --release -p ferroce-ibverbs failed" | tee "$out/libibverbs.txt"
 fi
