@@ -42,10 +42,12 @@ impl Shared {
         self.cq_events.sinks().remove(&cq);
     }
 
-    /// Delivers the notifications the transport fired since the last call; cheap when
-    /// there are none. Called wherever completions can appear: after received frames,
+    /// Delivers the notifications the transport fired since the last call, and its
+    /// asynchronous events; cheap when there are none. Called wherever completions can appear: after received frames,
     /// timers and API calls.
     pub(super) fn deliver_cq_events(&self, ep: &mut Endpoint) {
+        // Asynchronous events appear at the same points.
+        self.deliver_async_events(ep);
         if !ep.has_cq_events() {
             return;
         }

@@ -23,11 +23,12 @@
 //! 4. `io.neighbours` — the MAC address table;
 //! 5. leaves, never held while taking another lock: `io.counters`, `io.loopback`,
 //!    `recorder.pcap`,
-//!    `completions.generation`, `cq_events.sinks` (and the channel queue each sink
-//!    locks inside it).
+//!    `completions.generation`, `cq_events.sinks`, `async_events.sinks` (and the queue
+//!    each sink locks inside it).
 //!
 //! [`Link`]: crate::link::Link
 
+mod async_events;
 mod completions;
 mod cq_events;
 mod fatal;
@@ -46,6 +47,8 @@ use ferroce_transport::{Endpoint, Instant};
 use crate::link::Link;
 use crate::net::neigh::{ResolveError, Resolver};
 
+pub use async_events::AsyncEventSink;
+use async_events::AsyncEvents;
 pub use completions::CompletionSignal;
 pub use cq_events::CqEventSink;
 use cq_events::CqEvents;
@@ -78,6 +81,8 @@ pub struct Shared {
     recorder: Recorder,
     /// The completion channel of each CQ that has one.
     cq_events: CqEvents,
+    /// Who hears asynchronous events.
+    async_events: AsyncEvents,
     /// Transport time zero.
     epoch: std::time::Instant,
 }
@@ -174,6 +179,7 @@ impl Driver {
             completions: CompletionSignal::new()?,
             recorder: Recorder::default(),
             cq_events: CqEvents::default(),
+            async_events: AsyncEvents::default(),
             epoch: std::time::Instant::now(),
         });
         let s = shared.clone();

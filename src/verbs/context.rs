@@ -166,6 +166,12 @@ impl Context {
         Ok((index, self.gid(index).ok_or(Error::NoSuchGid(index))?))
     }
 
+    /// Hands the device's asynchronous events (a QP that failed by itself, a CQ that
+    /// overflowed) to `sink` while it lives.
+    pub fn subscribe_async_events(&self, sink: &Arc<dyn crate::driver::AsyncEventSink>) {
+        self.shared().subscribe_async_events(sink);
+    }
+
     /// Allocates a protection domain.
     pub fn alloc_pd(&self) -> Result<ProtectionDomain, Error> {
         let id = self.shared().endpoint().alloc_pd();

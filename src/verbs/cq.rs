@@ -24,7 +24,8 @@ impl CompletionQueue {
         CompletionQueue { ctx, id }
     }
 
-    pub(crate) fn id(&self) -> CqId {
+    /// The CQ's id in the transport: how asynchronous events name it.
+    pub fn id(&self) -> CqId {
         self.id
     }
 

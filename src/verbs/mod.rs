@@ -44,7 +44,8 @@ pub use pd::{AddressHandle, ProtectionDomain, SharedReceiveQueue};
 pub use qp::{QueuePair, RcPath};
 pub use random::random_psn;
 
+pub use crate::driver::AsyncEventSink;
 pub use ferroce_transport::{
-    Access, AddressVector, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, RecvWr, SendFlags,
-    SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    Access, AddressVector, AsyncEvent, CqId, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType,
+    RecvWr, SendFlags, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };

@@ -21,6 +21,8 @@ pub(crate) struct CqTable {
     cqs: Vec<Option<Cq>>,
     /// CQs whose armed notification fired, for the driver to deliver (oldest first).
     events: Vec<CqId>,
+    /// CQs that overflowed since the last [`CqTable::take_errors`], once each.
+    errors: Vec<CqId>,
 }
 
 impl CqTable {
@@ -59,6 +61,7 @@ impl CqTable {
             Some(slot @ Some(_)) => {
                 *slot = None;
                 self.events.retain(|e| *e != id);
+                self.errors.retain(|e| *e != id);
                 true
             }
             _ => false,
@@ -95,9 +98,16 @@ impl CqTable {
                     self.events.push(id);
                 }
             }
-            _ => {
+            Some(Some(_)) => {
                 counters.cq_overflow += 1;
                 tracing::debug!(cq = id.0, ?wc, "completion queue overrun");
+                if !self.errors.contains(&id) {
+                    self.errors.push(id);
+                }
+            }
+            _ => {
+                counters.cq_overflow += 1;
+                tracing::debug!(cq = id.0, ?wc, "completion for a destroyed CQ");
             }
         }
     }
@@ -114,9 +124,19 @@ impl CqTable {
         }
     }
 
+    /// Whether a CQ overflowed since the last [`CqTable::take_errors`].
+    pub(crate) fn has_errors(&self) -> bool {
+        !self.errors.is_empty()
+    }
+
     /// Whether armed notifications fired since the last [`CqTable::take_events`].
     pub(crate) fn has_events(&self) -> bool {
         !self.events.is_empty()
+    }
+
+    /// Moves the CQs that overflowed into `out`.
+    pub(crate) fn take_errors(&mut self, out: &mut Vec<CqId>) {
+        out.append(&mut self.errors);
     }
 
     /// Moves the fired notifications into `out`.

@@ -21,6 +21,7 @@ use crate::random::{seeded_fill, FillRandom, Random};
 use crate::srq::SrqTable;
 use crate::time::Instant;
 use crate::tx::{ip_udp_len, TxMeta, MAX_DATAGRAM_LEN};
+use crate::verbs::AsyncEvent;
 use crate::verbs::{
     CqId, Mtu, PdId, QpAttr, QpAttrMask, QpInitAttr, QpState, QpType, RecvWr, SendWr, SrqAttr,
     SrqId, WorkCompletion,
@@ -86,6 +87,8 @@ pub struct Endpoint {
     cqs: CqTable,
     qps: BTreeMap<u32, Qp>,
     counters: Counters,
+    /// Asynchronous events (a QP that failed, a CQ that overflowed) not yet taken.
+    events: Vec<AsyncEvent>,
     /// DCQCN parameters (congestion control is off unless enabled here or per QP).
     dcqcn: DcqcnConfig,
     /// Where keys, default iovas and QP numbers come from.
@@ -145,6 +148,7 @@ impl Endpoint {
             cqs: CqTable::default(),
             qps: BTreeMap::new(),
             counters: Counters::default(),
+            events: Vec::new(),
             dcqcn: DcqcnConfig::default(),
             rr: 0,
             ip_id: 0,
@@ -365,6 +369,20 @@ impl Endpoint {
         }
     }
 
+    /// Moves the asynchronous events raised since the last call into `out`, oldest first
+    /// (what `ibv_get_async_event` reports).
+    pub fn take_async_events(&mut self, out: &mut Vec<AsyncEvent>) {
+        out.append(&mut self.events);
+        let mut overflowed = Vec::new();
+        self.cqs.take_errors(&mut overflowed);
+        out.extend(overflowed.into_iter().map(AsyncEvent::CqErr));
+    }
+
+    /// Whether asynchronous events wait in [`Endpoint::take_async_events`].
+    pub fn has_async_events(&self) -> bool {
+        !self.events.is_empty() || self.cqs.has_errors()
+    }
+
     /// Whether requested CQ notifications fired and wait in [`Endpoint::take_cq_events`].
     pub fn has_cq_events(&self) -> bool {
         self.cqs.has_events()
@@ -528,6 +546,7 @@ impl Endpoint {
             srqs,
             cqs,
             counters,
+            events,
             config,
             ..
         } = self;
@@ -537,6 +556,7 @@ impl Endpoint {
             srqs,
             cqs,
             counters,
+            events,
             now,
         };
         Ok(f(qp, &mut ctx, config))
@@ -621,6 +641,7 @@ impl Endpoint {
             srqs,
             cqs,
             counters,
+            events,
             dcqcn,
             ..
         } = self;
@@ -681,6 +702,7 @@ impl Endpoint {
             srqs,
             cqs,
             counters,
+            events,
             now,
         };
         if op.info().is_response() {
@@ -723,6 +745,7 @@ impl Endpoint {
             srqs,
             cqs,
             counters,
+            events,
             config,
             dcqcn,
             rr,
@@ -733,6 +756,7 @@ impl Endpoint {
             srqs,
             cqs,
             counters,
+            events,
             now,
         };
         let start = *rr;
@@ -824,6 +848,7 @@ impl Endpoint {
             srqs,
             cqs,
             counters,
+            events,
             ..
         } = self;
         let mut ctx = Ctx {
@@ -831,6 +856,7 @@ impl Endpoint {
             srqs,
             cqs,
             counters,
+            events,
             now,
         };
         for qp in qps.values_mut() {

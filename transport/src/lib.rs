@@ -83,7 +83,7 @@ pub use random::{seeded_fill, FillRandom};
 pub use time::Instant;
 pub use tx::MAX_DATAGRAM_LEN;
 pub use verbs::{
-    AddressVector, CqId, Mtu, PdId, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, RecvWr,
-    SendFlags, SendWr, Sge, SrqAttr, SrqId, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
-    WrOpcode,
+    AddressVector, AsyncEvent, CqId, Mtu, PdId, QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState,
+    QpType, RecvWr, SendFlags, SendWr, Sge, SrqAttr, SrqId, UdDest, WcFlags, WcOpcode, WcStatus,
+    WorkCompletion, WrOpcode,
 };

@@ -535,6 +535,17 @@ impl WorkCompletion {
     }
 }
 
+/// An asynchronous event: something that happened to a QP or CQ outside any call
+/// (`ibv_async_event`; the kinds ferroce raises).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsyncEvent {
+    /// The QP moved to the error state by itself: retries exhausted, a NAK or error
+    /// response, a request the responder refused (`IBV_EVENT_QP_FATAL`).
+    QpFatal(u32),
+    /// A completion queue overflowed: completions were lost (`IBV_EVENT_CQ_ERR`).
+    CqErr(CqId),
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

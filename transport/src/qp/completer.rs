@@ -166,7 +166,7 @@ impl Qp {
                 ctx.counters.retry_exceeded_err += 1;
                 tracing::debug!(qpn = self.qpn, psn = %self.comp.oldest_unacked_psn, "retry count exceeded");
                 self.complete_front(ctx, WcStatus::RetryExcErr);
-                self.enter_error(ctx);
+                self.fail(ctx);
                 return;
             }
             self.comp.retry_left -= 1;
@@ -229,7 +229,7 @@ impl Qp {
                         };
                         tracing::debug!(qpn = self.qpn, %psn, ?code, "NAK received");
                         self.complete_front(ctx, status);
-                        self.enter_error(ctx);
+                        self.fail(ctx);
                     }
                 }
             }
@@ -251,7 +251,7 @@ impl Qp {
                 ctx.counters.retry_rnr_exceeded_err += 1;
                 tracing::debug!(qpn = self.qpn, %psn, "RNR retry count exceeded");
                 self.complete_front(ctx, WcStatus::RnrRetryExcErr);
-                self.enter_error(ctx);
+                self.fail(ctx);
                 return;
             }
             self.comp.rnr_left -= 1;
@@ -287,7 +287,7 @@ impl Qp {
         if let Err(e) = placed {
             tracing::debug!(qpn = self.qpn, %e, "atomic result placement failed");
             self.complete_front(ctx, WcStatus::LocProtErr);
-            self.enter_error(ctx);
+            self.fail(ctx);
             return;
         }
         self.complete_front(ctx, WcStatus::Success);
@@ -328,7 +328,7 @@ impl Qp {
         if rx.payload.len() != expect || last != pos_last {
             tracing::debug!(qpn = self.qpn, %psn, len = rx.payload.len(), expect, "bad read response");
             self.complete_front(ctx, WcStatus::BadRespErr);
-            self.enter_error(ctx);
+            self.fail(ctx);
             return;
         }
         let placed = ctx
@@ -337,7 +337,7 @@ impl Qp {
         if let Err(e) = placed {
             tracing::debug!(qpn = self.qpn, %e, "read response placement failed");
             self.complete_front(ctx, WcStatus::LocProtErr);
-            self.enter_error(ctx);
+            self.fail(ctx);
             return;
         }
         self.comp.oldest_unacked_psn = psn.add(1);

@@ -54,6 +54,8 @@ pub(crate) struct Ctx<'a> {
     pub srqs: &'a mut crate::srq::SrqTable,
     pub cqs: &'a mut CqTable,
     pub counters: &'a mut Counters,
+    /// Asynchronous events raised while handling this call.
+    pub events: &'a mut Vec<crate::verbs::AsyncEvent>,
     pub now: Instant,
 }
 
@@ -485,6 +487,15 @@ impl Qp {
             cap: self.cap,
             ..QpAttr::default()
         };
+    }
+
+    /// A transport error moves the QP to ERR by itself: that is an asynchronous event
+    /// (QP fatal) besides the flushed work requests.
+    pub(crate) fn fail(&mut self, ctx: &mut Ctx<'_>) {
+        if self.state() != QpState::Err {
+            ctx.events.push(crate::verbs::AsyncEvent::QpFatal(self.qpn));
+        }
+        self.enter_error(ctx);
     }
 
     /// Moves to ERR: every outstanding send and receive WQE completes with WrFlushErr.

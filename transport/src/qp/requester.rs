@@ -459,7 +459,7 @@ impl Qp {
         if let Some(status) = self.sq.front().and_then(|w| w.local_err) {
             self.complete_front(ctx, status);
             if self.qp_type == QpType::Rc {
-                self.enter_error(ctx);
+                self.fail(ctx);
             } else {
                 self.enter_sq_error(ctx);
             }

@@ -403,7 +403,7 @@ impl Qp {
     /// out, then the NAK, and the QP is in ERR.
     fn refuse_fatal(&mut self, ctx: &mut Ctx<'_>, psn: Psn, code: NakCode) {
         let owed = core::mem::take(&mut self.resp.out);
-        self.enter_error(ctx);
+        self.fail(ctx);
         self.resp.out = owed;
         self.push_nak(ctx, psn, code);
     }

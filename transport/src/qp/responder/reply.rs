@@ -117,7 +117,7 @@ impl Qp {
                     Err(e) => {
                         // The region changed under a READ in progress.
                         tracing::debug!(qpn = self.qpn, %e, "read response source gone");
-                        self.enter_error(ctx);
+                        self.fail(ctx);
                         self.push_nak(ctx, next_psn, NakCode::RemoteAccessError);
                         // Send the NAK now: `None` would tell the caller nothing is queued.
                         return self.responder_tx(ctx, gids, buf, allow_paced);
