@@ -75,6 +75,19 @@ fn destroyed_objects_are_refused_not_touched() {
 
 /// Moves `qp` RESET → INIT → RTR → RTS towards `dest_qpn` on the device's own GID 0.
 unsafe fn connect(ctx: *mut ibv_context, qp: *mut ibv_qp, dest_qpn: u32, access: u32) {
+    // SAFETY: forwarded.
+    unsafe { connect_with(ctx, qp, dest_qpn, access, 14, 7) }
+}
+
+/// `connect` with the local ACK timeout and retry count given.
+unsafe fn connect_with(
+    ctx: *mut ibv_context,
+    qp: *mut ibv_qp,
+    dest_qpn: u32,
+    access: u32,
+    timeout: u8,
+    retry_cnt: u8,
+) {
     // SAFETY: the caller passes live objects; attributes are locals.
     unsafe {
         let mut gid = ibv_gid { raw: [0; 16] };
@@ -105,8 +118,8 @@ unsafe fn connect(ctx: *mut ibv_context, qp: *mut ibv_qp, dest_qpn: u32, access:
         assert_eq!(ibv_modify_qp(qp, &mut a, m as c_int), 0);
         a.qp_state = IBV_QPS_RTS;
         a.sq_psn = 7;
-        a.timeout = 14;
-        a.retry_cnt = 7;
+        a.timeout = timeout;
+        a.retry_cnt = retry_cnt;
         a.rnr_retry = 7;
         a.max_rd_atomic = 1;
         let m = IBV_QP_STATE
@@ -270,5 +283,77 @@ fn two_qps_of_one_device_move_the_programs_own_bytes() {
         assert_eq!(ibv_dereg_mr(dmr), 0);
         assert_eq!(ibv_dealloc_pd(pd), 0);
         assert_eq!(ibv_close_device(ctx), 0);
+    }
+}
+
+#[test]
+fn a_qp_that_fails_by_itself_is_reported_on_the_async_fd() {
+    let (ctx, _peer) = memory_device();
+    // SAFETY: valid calls on live objects; the buffer outlives its registration.
+    unsafe {
+        let pd = ibv_alloc_pd(ctx);
+        let mut buf = vec![0u8; 64];
+        let mr = ibv_reg_mr(
+            pd,
+            buf.as_mut_ptr().cast(),
+            64,
+            IBV_ACCESS_LOCAL_WRITE as c_int,
+        );
+        let cq = ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0);
+        let mut init: ibv_qp_init_attr = std::mem::zeroed();
+        init.send_cq = cq;
+        init.recv_cq = cq;
+        init.qp_type = IBV_QPT_RC;
+        init.cap.max_send_wr = 4;
+        init.cap.max_recv_wr = 4;
+        init.cap.max_send_sge = 1;
+        init.cap.max_recv_sge = 1;
+        let qp = ibv_create_qp(pd, &mut init);
+        // Nobody has QP number 0xabcde: the retries run out.
+        connect_with(ctx, qp, 0xabcde, IBV_ACCESS_LOCAL_WRITE, 1, 0);
+        let mut sge = ibv_sge {
+            addr: buf.as_ptr() as u64,
+            length: 8,
+            lkey: (*mr).lkey,
+        };
+        let mut wr: ibv_send_wr = std::mem::zeroed();
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.opcode = IBV_WR_SEND;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        let mut bad = null_mut();
+        assert_eq!(((*ctx).ops.post_send.unwrap())(qp, &mut wr, &mut bad), 0);
+        let wc = completions_any(ctx, cq);
+        assert_eq!(wc.status, IBV_WC_RETRY_EXC_ERR);
+        let fd = (*ctx).async_fd;
+        let ready =
+            ferroce::link::eventfd::poll_readable(&[fd], Some(Duration::from_secs(10))).unwrap();
+        assert_eq!(ready, 1, "async_fd readable");
+        let mut ev: ibv_async_event = std::mem::zeroed();
+        assert_eq!(crate::async_event::ibv_get_async_event(ctx, &mut ev), 0);
+        assert_eq!(ev.event_type, IBV_EVENT_QP_FATAL);
+        assert_eq!(ev.element.qp, qp);
+        crate::async_event::ibv_ack_async_event(&mut ev);
+        assert_eq!((*qp).events_completed, 1);
+        assert_eq!(ibv_destroy_qp(qp), 0);
+        assert_eq!(ibv_destroy_cq(cq), 0);
+        assert_eq!(ibv_dereg_mr(mr), 0);
+        assert_eq!(ibv_dealloc_pd(pd), 0);
+        assert_eq!(ibv_close_device(ctx), 0);
+    }
+}
+
+/// The next completion, whatever its status.
+unsafe fn completions_any(ctx: *mut ibv_context, cq: *mut ibv_cq) -> ibv_wc {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        assert!(std::time::Instant::now() < deadline, "no completion");
+        // SAFETY: live objects; room for one completion.
+        unsafe {
+            let mut wc: ibv_wc = std::mem::zeroed();
+            if ((*ctx).ops.poll_cq.unwrap())(cq, 1, &mut wc) == 1 {
+                return wc;
+            }
+        }
     }
 }

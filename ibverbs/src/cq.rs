@@ -120,7 +120,9 @@ pub unsafe extern "C" fn ibv_create_cq(
             inner,
             channel: channel.cast(),
         };
+        let id = cq.inner.id();
         let p = handles::insert(Box::new(cq), Kind::Cq);
+        c.events.add_cq(id, p.cast());
         if let Some(ch) = ch {
             // SAFETY: just made live.
             let cq = unsafe { &*p };
@@ -142,6 +144,9 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
             return libc::EBUSY;
         }
         let channel = q.channel;
+        if let Some(c) = ctx_of(q.ibv.context) {
+            c.events.remove_cq(q.inner.id());
+        }
         drop(handles::remove(cq as *mut Cq, Kind::Cq));
         if let Some(ch) = channel_of(channel.cast()) {
             ch.cqs.fetch_sub(1, Ordering::SeqCst);

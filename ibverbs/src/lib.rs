@@ -11,6 +11,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod ah;
+mod async_event;
 mod context;
 mod cq;
 mod device;

@@ -6,13 +6,12 @@
 use std::ffi::c_int;
 use std::mem::size_of;
 
-use ferroce::link::eventfd::EventFd;
 use ferroce::link::LinkError;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
-use ferroce::verbs::{Context, Device, Error, WeakContext};
+use ferroce::verbs::{AsyncEventSink, Context, Device, Error, WeakContext};
 
-use crate::context::{c_ptr, ctx_of, Ctx};
+use crate::context::{c_ptr, ctx_of, Ctx, CtxEvents};
 use crate::device::{dev_of, device_name};
 use crate::ffi::*;
 use crate::guard::{catch, errno_of, null_with};
@@ -81,7 +80,9 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
 /// Gives an open ferroce device its C face: the `verbs_context` with the ops tables, and
 /// the asynchronous event descriptor.
 pub(crate) fn wrap(inner: Context, device: *mut ibv_device) -> Result<*mut ibv_context, c_int> {
-    let async_fd = EventFd::semaphore().map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+    let events = Arc::new(CtxEvents::new().map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?);
+    let sink: Arc<dyn AsyncEventSink> = events.clone();
+    inner.subscribe_async_events(&sink);
     // SAFETY: verbs_context is plain C data (pointers, ints, a pthread mutex); zero is
     // valid for each, and a zeroed pthread mutex is PTHREAD_MUTEX_INITIALIZER.
     let mut vctx: verbs_context = unsafe { std::mem::zeroed() };
@@ -96,12 +97,12 @@ pub(crate) fn wrap(inner: Context, device: *mut ibv_device) -> Result<*mut ibv_c
     let ctx = Box::new(Ctx {
         vctx,
         inner,
-        async_fd,
+        events,
     });
     let p = handles::insert(ctx, Kind::Context);
     // SAFETY: just made live; C sees the context inside it.
     let c = unsafe { &mut *p };
-    c.vctx.context.async_fd = std::os::fd::AsRawFd::as_raw_fd(&c.async_fd);
+    c.vctx.context.async_fd = std::os::fd::AsRawFd::as_raw_fd(&c.events.fd);
     Ok(c_ptr(c))
 }
 

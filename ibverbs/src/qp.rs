@@ -10,6 +10,7 @@ use ferroce_transport::{
     Access, AddressVector, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, MAX_INLINE,
 };
 
+use crate::context::ctx_of;
 use crate::cq::cq_of;
 use crate::ffi::*;
 use crate::guard::{catch, errno_of, null_with};
@@ -191,13 +192,18 @@ pub unsafe extern "C" fn ibv_create_qp(
         ibv.qp_num = inner.qpn();
         ibv.state = IBV_QPS_RESET;
         ibv.qp_type = init.qp_type;
+        let qpn = inner.qpn();
         let qp = Qp {
             ibv,
             inner,
             init: *init,
             inline,
         };
-        handles::insert(Box::new(qp), Kind::Qp).cast()
+        let p_qp = handles::insert(Box::new(qp), Kind::Qp).cast::<ibv_qp>();
+        if let Some(c) = ctx_of(p.ibv.context) {
+            c.events.add_qp(qpn, p_qp);
+        }
+        p_qp
     })
 }
 
@@ -206,6 +212,9 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     catch("ibv_destroy_qp", libc::EIO, || {
         match handles::remove(qp as *mut Qp, Kind::Qp) {
             Some(q) => {
+                if let Some(c) = ctx_of(q.ibv.context) {
+                    c.events.remove_qp(q.inner.qpn());
+                }
                 drop(q);
                 0
             }
