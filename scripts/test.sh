@@ -56,8 +56,11 @@ cargo_test() {
   echo "[test] $label: $p passed, $f failed"
   passed=$((passed + p)); failed=$((failed + f))
 }
+# `cargo test` builds the C ABI crate as an rlib only; its symbol tests read the cdylib.
+cargo build --release --quiet -p ferroce-ibverbs
 cargo_test release --workspace --release --no-fail-fast
 # The same tests in a debug build, where overflow checks and debug_assert!s are on.
+cargo build --quiet -p ferroce-ibverbs
 cargo_test debug --workspace --no-fail-fast
 
 # System tests (network namespaces, Linux rxe interop) need root; FERROCE_SKIP_SYSTEM=1
