@@ -357,3 +357,117 @@ unsafe fn completions_any(ctx: *mut ibv_context, cq: *mut ibv_cq) -> ibv_wc {
         }
     }
 }
+
+#[test]
+fn an_extended_cq_reads_completions_field_by_field() {
+    let (ctx, _peer) = memory_device();
+    let mut src: Vec<u8> = (0..64).collect();
+    let mut dst = vec![0u8; 64];
+    // SAFETY: valid calls on live objects; the buffers outlive their registrations.
+    unsafe {
+        let vctx = (ctx as *mut u8).sub(std::mem::offset_of!(verbs_context, context))
+            as *mut verbs_context;
+        let create_cq_ex = (*vctx)
+            .create_cq_ex
+            .expect("create_cq_ex in the verbs_context");
+        let mut attr: ibv_cq_init_attr_ex = std::mem::zeroed();
+        attr.cqe = 8;
+        attr.wc_flags = (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) as u64;
+        assert!(
+            create_cq_ex(ctx, &mut attr).is_null(),
+            "timestamps are refused"
+        );
+        assert_eq!(errno(), libc::EOPNOTSUPP);
+        attr.wc_flags = (IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_QP_NUM) as u64;
+        let cqx = create_cq_ex(ctx, &mut attr);
+        assert!(!cqx.is_null());
+        let cq = cqx as *mut ibv_cq;
+        let pd = ibv_alloc_pd(ctx);
+        let access = IBV_ACCESS_LOCAL_WRITE;
+        let smr = ibv_reg_mr(pd, src.as_mut_ptr().cast(), 64, access as c_int);
+        let dmr = ibv_reg_mr(pd, dst.as_mut_ptr().cast(), 64, access as c_int);
+        let mut init: ibv_qp_init_attr = std::mem::zeroed();
+        init.send_cq = cq;
+        init.recv_cq = cq;
+        init.qp_type = IBV_QPT_RC;
+        init.cap = ibv_qp_cap {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let q1 = ibv_create_qp(pd, &mut init);
+        let q2 = ibv_create_qp(pd, &mut init);
+        connect(ctx, q1, (*q2).qp_num, access);
+        connect(ctx, q2, (*q1).qp_num, access);
+        let mut poll_attr = ibv_poll_cq_attr { comp_mask: 0 };
+        assert_eq!(
+            ((*cqx).start_poll.unwrap())(cqx, &mut poll_attr),
+            libc::ENOENT,
+            "empty"
+        );
+        let mut rsge = ibv_sge {
+            addr: dst.as_ptr() as u64,
+            length: 64,
+            lkey: (*dmr).lkey,
+        };
+        let mut rwr: ibv_recv_wr = std::mem::zeroed();
+        rwr.wr_id = 10;
+        rwr.sg_list = &mut rsge;
+        rwr.num_sge = 1;
+        let mut bad_r = null_mut();
+        assert_eq!(((*ctx).ops.post_recv.unwrap())(q2, &mut rwr, &mut bad_r), 0);
+        let mut ssge = ibv_sge {
+            addr: src.as_ptr() as u64,
+            length: 48,
+            lkey: (*smr).lkey,
+        };
+        let mut swr: ibv_send_wr = std::mem::zeroed();
+        swr.wr_id = 20;
+        swr.sg_list = &mut ssge;
+        swr.num_sge = 1;
+        swr.opcode = IBV_WR_SEND;
+        swr.send_flags = IBV_SEND_SIGNALED;
+        let mut bad = null_mut();
+        assert_eq!(((*ctx).ops.post_send.unwrap())(q1, &mut swr, &mut bad), 0);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let mut seen = Vec::new();
+        while seen.len() < 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "completions: {seen:?}"
+            );
+            if ((*cqx).start_poll.unwrap())(cqx, &mut poll_attr) != 0 {
+                continue;
+            }
+            loop {
+                assert_eq!((*cqx).status, IBV_WC_SUCCESS);
+                let op = ((*cqx).read_opcode.unwrap())(cqx);
+                let len = ((*cqx).read_byte_len.unwrap())(cqx);
+                let qpn = ((*cqx).read_qp_num.unwrap())(cqx);
+                seen.push(((*cqx).wr_id, op, len, qpn));
+                if ((*cqx).next_poll.unwrap())(cqx) != 0 {
+                    break;
+                }
+            }
+            ((*cqx).end_poll.unwrap())(cqx);
+        }
+        seen.sort();
+        assert_eq!(
+            seen,
+            vec![
+                (10, IBV_WC_RECV, 48, (*q2).qp_num),
+                (20, IBV_WC_SEND, 48, (*q1).qp_num)
+            ]
+        );
+        assert_eq!(dst[..48], src[..48]);
+        assert_eq!(ibv_destroy_qp(q1), 0);
+        assert_eq!(ibv_destroy_qp(q2), 0);
+        assert_eq!(ibv_destroy_cq(cq), 0);
+        assert_eq!(ibv_dereg_mr(smr), 0);
+        assert_eq!(ibv_dereg_mr(dmr), 0);
+        assert_eq!(ibv_dealloc_pd(pd), 0);
+        assert_eq!(ibv_close_device(ctx), 0);
+    }
+}

@@ -13,10 +13,14 @@ use crate::handles::{self, Kind};
 
 #[repr(C)]
 pub(crate) struct Cq {
-    pub ibv: ibv_cq,
+    /// An `ibv_cq_ex`, which begins with the fields of an `ibv_cq`: every CQ can be polled
+    /// both ways (`ibv_poll_cq`, and `ibv_start_poll` on one from `ibv_create_cq_ex`).
+    pub ibv: ibv_cq_ex,
     pub inner: CompletionQueue,
     /// The channel it reports to, if any (its `refcnt` counts us).
     pub channel: *mut Channel,
+    /// The completion `ibv_start_poll` / `ibv_next_poll` made current.
+    pub current: std::sync::Mutex<Option<WorkCompletion>>,
 }
 
 #[repr(C)]
@@ -90,48 +94,71 @@ pub unsafe extern "C" fn ibv_create_cq(
     comp_vector: c_int,
 ) -> *mut ibv_cq {
     catch("ibv_create_cq", std::ptr::null_mut(), || {
-        let Some(c) = ctx_of(context) else {
-            return null_with(libc::EINVAL);
-        };
-        // One completion vector (num_comp_vectors is 1).
-        if cqe <= 0 || comp_vector != 0 {
+        if cqe <= 0 {
             return null_with(libc::EINVAL);
         }
-        let ch = if channel.is_null() {
-            None
-        } else {
-            match channel_of(channel) {
-                Some(ch) => Some(ch),
-                None => return null_with(libc::EINVAL),
-            }
-        };
-        let inner = match c.inner.create_cq(cqe as usize) {
-            Ok(cq) => cq,
-            Err(e) => return null_with(errno_of(&e)),
-        };
-        // SAFETY: plain C data (pointers, ints, pthread objects); zero is valid for each.
-        let mut ibv: ibv_cq = unsafe { std::mem::zeroed() };
-        ibv.context = c_ptr(c);
-        ibv.channel = channel;
-        ibv.cq_context = cq_context;
-        ibv.cqe = cqe;
-        let cq = Cq {
-            ibv,
-            inner,
-            channel: channel.cast(),
-        };
-        let id = cq.inner.id();
-        let p = handles::insert(Box::new(cq), Kind::Cq);
-        c.events.add_cq(id, p.cast());
-        if let Some(ch) = ch {
-            // SAFETY: just made live.
-            let cq = unsafe { &*p };
-            // The channel's events carry the CQ's C address.
-            cq.inner.attach_channel(&ch.inner, p as u64);
-            ch.cqs.fetch_add(1, Ordering::SeqCst);
+        match create(
+            context,
+            cqe as u32,
+            cq_context,
+            channel,
+            comp_vector as u32,
+            None,
+        ) {
+            Ok(p) => p.cast(),
+            Err(e) => null_with(e),
         }
-        p.cast()
     })
+}
+
+/// Creates a CQ of either kind: `cqe` entries, reporting to `channel` if not NULL;
+/// `table` fills an extended CQ's function table.
+pub(crate) fn create(
+    context: *mut ibv_context,
+    cqe: u32,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: u32,
+    table: Option<fn(&mut ibv_cq_ex)>,
+) -> Result<*mut Cq, c_int> {
+    let c = ctx_of(context).ok_or(libc::EINVAL)?;
+    // One completion vector (num_comp_vectors is 1).
+    if cqe == 0 || cqe > c_int::MAX as u32 || comp_vector != 0 {
+        return Err(libc::EINVAL);
+    }
+    let ch = if channel.is_null() {
+        None
+    } else {
+        Some(channel_of(channel).ok_or(libc::EINVAL)?)
+    };
+    let inner = c.inner.create_cq(cqe as usize).map_err(|e| errno_of(&e))?;
+    // SAFETY: plain C data (pointers, ints, pthread objects, optional function
+    // pointers); zero is valid for each.
+    let mut ibv: ibv_cq_ex = unsafe { std::mem::zeroed() };
+    ibv.context = c_ptr(c);
+    ibv.channel = channel;
+    ibv.cq_context = cq_context;
+    ibv.cqe = cqe as c_int;
+    if let Some(fill) = table {
+        fill(&mut ibv);
+    }
+    let cq = Cq {
+        ibv,
+        inner,
+        channel: channel.cast(),
+        current: std::sync::Mutex::new(None),
+    };
+    let id = cq.inner.id();
+    let p = handles::insert(Box::new(cq), Kind::Cq);
+    c.events.add_cq(id, p.cast());
+    if let Some(ch) = ch {
+        // SAFETY: just made live.
+        let cq = unsafe { &*p };
+        // The channel's events carry the CQ's C address.
+        cq.inner.attach_channel(&ch.inner, p as u64);
+        ch.cqs.fetch_add(1, Ordering::SeqCst);
+    }
+    Ok(p)
 }
 
 #[export_name = "__ferroce_ibv_destroy_cq"]
@@ -228,7 +255,7 @@ thread_local! {
 }
 
 /// The C view of a completion.
-fn to_ibv_wc(wc: &WorkCompletion) -> ibv_wc {
+pub(crate) fn to_ibv_wc(wc: &WorkCompletion) -> ibv_wc {
     let imm = if wc.wc_flags.contains(ferroce_transport::WcFlags::WITH_INV) {
         ibv_wc__bindgen_ty_1 {
             invalidated_rkey: wc.invalidated_rkey,

@@ -14,6 +14,7 @@ mod ah;
 mod async_event;
 mod context;
 mod cq;
+mod cq_ex;
 mod device;
 mod exports;
 pub mod ffi;

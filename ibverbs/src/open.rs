@@ -89,6 +89,7 @@ pub(crate) fn wrap(inner: Context, device: *mut ibv_device) -> Result<*mut ibv_c
     vctx.sz = size_of::<verbs_context>();
     vctx.query_port = Some(crate::query::query_port_ex);
     vctx.query_device_ex = Some(crate::query::query_device_ex);
+    vctx.create_cq_ex = Some(crate::cq_ex::create_cq_ex);
     vctx.context.device = device;
     vctx.context.ops = crate::ops::context_ops();
     vctx.context.cmd_fd = -1;
