@@ -471,3 +471,102 @@ fn an_extended_cq_reads_completions_field_by_field() {
         assert_eq!(ibv_close_device(ctx), 0);
     }
 }
+
+#[test]
+fn an_extended_qp_posts_with_the_work_request_builder() {
+    let (ctx, _peer) = memory_device();
+    let mut src: Vec<u8> = (100..164).collect();
+    let mut dst = vec![0u8; 64];
+    // SAFETY: valid calls on live objects; the buffers outlive their registrations.
+    unsafe {
+        let vctx = (ctx as *mut u8).sub(std::mem::offset_of!(verbs_context, context))
+            as *mut verbs_context;
+        let create_qp_ex = (*vctx)
+            .create_qp_ex
+            .expect("create_qp_ex in the verbs_context");
+        let pd = ibv_alloc_pd(ctx);
+        let access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+        let smr = ibv_reg_mr(pd, src.as_mut_ptr().cast(), 64, access as c_int);
+        let dmr = ibv_reg_mr(pd, dst.as_mut_ptr().cast(), 64, access as c_int);
+        let cq = ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0);
+        let mut a: ibv_qp_init_attr_ex = std::mem::zeroed();
+        a.send_cq = cq;
+        a.recv_cq = cq;
+        a.qp_type = IBV_QPT_RC;
+        a.cap = ibv_qp_cap {
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 32,
+        };
+        a.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+        a.pd = pd;
+        a.send_ops_flags = (IBV_QP_EX_WITH_BIND_MW) as u64;
+        assert!(
+            create_qp_ex(ctx, &mut a).is_null(),
+            "memory windows are refused"
+        );
+        a.send_ops_flags = (IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND) as u64;
+        let q1 = create_qp_ex(ctx, &mut a);
+        a.comp_mask = IBV_QP_INIT_ATTR_PD;
+        let q2 = create_qp_ex(ctx, &mut a);
+        assert!(!q1.is_null() && !q2.is_null());
+        assert!(
+            crate::qp_ex::ibv_qp_to_qp_ex(q2).is_null(),
+            "no builder without send_ops_flags"
+        );
+        let x = crate::qp_ex::ibv_qp_to_qp_ex(q1);
+        assert_eq!(x as *mut ibv_qp, q1);
+        connect(ctx, q1, (*q2).qp_num, access);
+        connect(ctx, q2, (*q1).qp_num, access);
+
+        // A WRITE from registered memory and a SEND of inline data, in one batch.
+        let mut rsge = ibv_sge {
+            addr: dst.as_ptr() as u64 + 32,
+            length: 32,
+            lkey: (*dmr).lkey,
+        };
+        let mut rwr: ibv_recv_wr = std::mem::zeroed();
+        rwr.wr_id = 9;
+        rwr.sg_list = &mut rsge;
+        rwr.num_sge = 1;
+        let mut bad_r = null_mut();
+        assert_eq!(((*ctx).ops.post_recv.unwrap())(q2, &mut rwr, &mut bad_r), 0);
+        ((*x).wr_start.unwrap())(x);
+        (*x).wr_id = 1;
+        (*x).wr_flags = IBV_SEND_SIGNALED;
+        ((*x).wr_rdma_write.unwrap())(x, (*dmr).rkey, dst.as_ptr() as u64);
+        ((*x).wr_set_sge.unwrap())(x, (*smr).lkey, src.as_ptr() as u64, 16);
+        (*x).wr_id = 2;
+        ((*x).wr_send.unwrap())(x);
+        let mut stack = [7u8; 8];
+        ((*x).wr_set_inline_data.unwrap())(x, stack.as_mut_ptr().cast(), 8);
+        stack = [0; 8]; // reused at once: the data was copied at the call
+        assert_eq!(((*x).wr_complete.unwrap())(x), 0);
+        let wcs = completions(ctx, cq, 3);
+        let mut ids: Vec<u64> = wcs.iter().map(|w| w.wr_id).collect();
+        ids.sort();
+        assert_eq!(ids, vec![1, 2, 9]);
+        assert_eq!(dst[..16], src[..16]);
+        assert_eq!(dst[32..40], [7; 8]);
+        assert_eq!(stack, [0; 8]);
+
+        // A batch with a mistake posts nothing and says why.
+        ((*x).wr_start.unwrap())(x);
+        ((*x).wr_set_sge.unwrap())(x, 0, 0, 0);
+        assert_eq!(
+            ((*x).wr_complete.unwrap())(x),
+            libc::EINVAL,
+            "an SGE before any WR"
+        );
+
+        assert_eq!(ibv_destroy_qp(q1), 0);
+        assert_eq!(ibv_destroy_qp(q2), 0);
+        assert_eq!(ibv_destroy_cq(cq), 0);
+        assert_eq!(ibv_dereg_mr(smr), 0);
+        assert_eq!(ibv_dereg_mr(dmr), 0);
+        assert_eq!(ibv_dealloc_pd(pd), 0);
+        assert_eq!(ibv_close_device(ctx), 0);
+    }
+}

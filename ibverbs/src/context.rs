@@ -19,6 +19,9 @@ pub(crate) struct Ctx {
     pub inner: Context,
     /// Its asynchronous events (`async_fd` is their descriptor).
     pub events: Arc<CtxEvents>,
+    /// `cmd_fd`: a descriptor programs may dup or poll (`/dev/null`; ferroce has no
+    /// kernel command channel, and device import through it answers EOPNOTSUPP).
+    pub cmd_fd: std::os::fd::OwnedFd,
 }
 
 /// The asynchronous events of one context's objects, as `ibv_get_async_event` returns

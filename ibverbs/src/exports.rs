@@ -79,6 +79,7 @@ versioned! {
     ibv_query_pkey @ "IBVERBS_1.1";
     ibv_query_port @ "IBVERBS_1.1";
     ibv_query_qp @ "IBVERBS_1.1";
+    ibv_qp_to_qp_ex @ "IBVERBS_1.6";
     ibv_query_srq @ "IBVERBS_1.1";
     ibv_rate_to_mbps @ "IBVERBS_1.1";
     ibv_rate_to_mult @ "IBVERBS_1.0";

@@ -26,6 +26,7 @@ mod ops;
 mod pd;
 mod post;
 mod qp;
+mod qp_ex;
 mod query;
 mod srq;
 mod strings;

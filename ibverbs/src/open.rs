@@ -90,15 +90,20 @@ pub(crate) fn wrap(inner: Context, device: *mut ibv_device) -> Result<*mut ibv_c
     vctx.query_port = Some(crate::query::query_port_ex);
     vctx.query_device_ex = Some(crate::query::query_device_ex);
     vctx.create_cq_ex = Some(crate::cq_ex::create_cq_ex);
+    vctx.create_qp_ex = Some(crate::qp_ex::create_qp_ex);
     vctx.context.device = device;
     vctx.context.ops = crate::ops::context_ops();
-    vctx.context.cmd_fd = -1;
+    let cmd_fd: std::os::fd::OwnedFd = std::fs::File::open("/dev/null")
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?
+        .into();
+    vctx.context.cmd_fd = std::os::fd::AsRawFd::as_raw_fd(&cmd_fd);
     vctx.context.num_comp_vectors = 1;
     vctx.context.abi_compat = VERBS_ABI_IS_EXTENDED as *mut _;
     let ctx = Box::new(Ctx {
         vctx,
         inner,
         events,
+        cmd_fd,
     });
     let p = handles::insert(ctx, Kind::Context);
     // SAFETY: just made live; C sees the context inside it.

@@ -7,7 +7,7 @@ use std::sync::{Mutex, PoisonError};
 
 use ferroce::verbs::{MemoryRegion, QueuePair};
 use ferroce_transport::{
-    Access, AddressVector, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, MAX_INLINE,
+    Access, AddressVector, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, SendWr, MAX_INLINE,
 };
 
 use crate::context::ctx_of;
@@ -20,7 +20,8 @@ use crate::srq::srq_of;
 
 #[repr(C)]
 pub(crate) struct Qp {
-    pub ibv: ibv_qp,
+    /// An `ibv_qp_ex`, which begins with the `ibv_qp`: C's `ibv_qp *` points at it.
+    pub ibv: ibv_qp_ex,
     pub inner: QueuePair,
     /// The creation attributes, for ibv_query_qp.
     pub init: ibv_qp_init_attr,
@@ -28,6 +29,19 @@ pub(crate) struct Qp {
     /// not be registered memory, so they are copied here (the transport takes its own
     /// copy at post time, so one buffer per QP serves every post).
     pub inline: Option<Mutex<MemoryRegion>>,
+    /// Made by `ibv_create_qp_ex` with `send_ops_flags`: `ibv_qp_to_qp_ex` gives its
+    /// `ibv_qp_ex`.
+    pub extended: bool,
+    /// The work requests of an `ibv_wr_start` … `ibv_wr_complete` batch.
+    pub builder: Mutex<Builder>,
+}
+
+/// Work requests being built with the `ibv_wr_*` functions, posted by `ibv_wr_complete`.
+#[derive(Default)]
+pub(crate) struct Builder {
+    pub wrs: Vec<(SendWr, Option<Vec<u8>>)>,
+    /// The first mistake of the batch (an unsupported call, a bad argument).
+    pub error: Option<c_int>,
 }
 
 // SAFETY: the raw pointers inside are C handles, compared and handed back, never
@@ -135,76 +149,88 @@ pub unsafe extern "C" fn ibv_create_qp(
     attr: *mut ibv_qp_init_attr,
 ) -> *mut ibv_qp {
     catch("ibv_create_qp", std::ptr::null_mut(), || {
-        let Some(p) = pd_of(pd) else {
-            return null_with(libc::EINVAL);
-        };
         if attr.is_null() {
             return null_with(libc::EINVAL);
         }
         // SAFETY: checked non-NULL; the caller passes a whole ibv_qp_init_attr.
         let init = unsafe { &mut *attr };
-        let (Some(send_cq), Some(recv_cq)) = (cq_of(init.send_cq), cq_of(init.recv_cq)) else {
-            return null_with(libc::EINVAL);
-        };
-        let Some(qp_type) = qp_type_of(init.qp_type) else {
-            return null_with(libc::EOPNOTSUPP);
-        };
-        let srq = if init.srq.is_null() {
-            None
-        } else {
-            match srq_of(init.srq) {
-                Some(s) => Some(&s.inner),
-                None => return null_with(libc::EINVAL),
-            }
-        };
-        let cap = cap_of(&init.cap);
-        let created = p.inner.create_qp_with(
+        match create(pd, init, None) {
+            Ok(qp) => qp,
+            Err(e) => null_with(e),
+        }
+    })
+}
+
+/// Creates a QP in `pd` from `init` (whose `cap` is updated to what the QP has);
+/// `table` makes it an extended QP with the `ibv_wr_*` posting functions.
+pub(crate) fn create(
+    pd: *mut ibv_pd,
+    init: &mut ibv_qp_init_attr,
+    table: Option<fn(&mut ibv_qp_ex)>,
+) -> Result<*mut ibv_qp, c_int> {
+    let p = pd_of(pd).ok_or(libc::EINVAL)?;
+    let (Some(send_cq), Some(recv_cq)) = (cq_of(init.send_cq), cq_of(init.recv_cq)) else {
+        return Err(libc::EINVAL);
+    };
+    let qp_type = qp_type_of(init.qp_type).ok_or(libc::EOPNOTSUPP)?;
+    let srq = if init.srq.is_null() {
+        None
+    } else {
+        Some(&srq_of(init.srq).ok_or(libc::EINVAL)?.inner)
+    };
+    let cap = cap_of(&init.cap);
+    let inner = p
+        .inner
+        .create_qp_with(
             &send_cq.inner,
             &recv_cq.inner,
             qp_type,
             cap,
             srq,
             init.sq_sig_all != 0,
-        );
-        let inner = match created {
-            Ok(q) => q,
-            Err(e) => return null_with(errno_of(&e)),
-        };
-        let inline = if cap.max_inline_data > 0 {
-            match p.inner.reg_mr(
-                cap.max_inline_data.min(MAX_INLINE) as usize,
-                Access::empty(),
-            ) {
-                Ok(mr) => Some(Mutex::new(mr)),
-                Err(e) => return null_with(errno_of(&e)),
-            }
-        } else {
-            None
-        };
-        // SAFETY: plain C data (pointers, ints, pthread objects); zero is valid for each.
-        let mut ibv: ibv_qp = unsafe { std::mem::zeroed() };
-        ibv.context = p.ibv.context;
-        ibv.qp_context = init.qp_context;
-        ibv.pd = pd;
-        ibv.send_cq = init.send_cq;
-        ibv.recv_cq = init.recv_cq;
-        ibv.srq = init.srq;
-        ibv.qp_num = inner.qpn();
-        ibv.state = IBV_QPS_RESET;
-        ibv.qp_type = init.qp_type;
-        let qpn = inner.qpn();
-        let qp = Qp {
-            ibv,
-            inner,
-            init: *init,
-            inline,
-        };
-        let p_qp = handles::insert(Box::new(qp), Kind::Qp).cast::<ibv_qp>();
-        if let Some(c) = ctx_of(p.ibv.context) {
-            c.events.add_qp(qpn, p_qp);
-        }
-        p_qp
-    })
+        )
+        .map_err(|e| errno_of(&e))?;
+    let inline = if cap.max_inline_data > 0 {
+        let len = cap.max_inline_data.min(MAX_INLINE) as usize;
+        let mr = p
+            .inner
+            .reg_mr(len, Access::empty())
+            .map_err(|e| errno_of(&e))?;
+        Some(Mutex::new(mr))
+    } else {
+        None
+    };
+    // SAFETY: plain C data (pointers, ints, pthread objects, optional function pointers);
+    // zero is valid for each.
+    let mut ibv: ibv_qp_ex = unsafe { std::mem::zeroed() };
+    let b = &mut ibv.qp_base;
+    b.context = p.ibv.context;
+    b.qp_context = init.qp_context;
+    b.pd = pd;
+    b.send_cq = init.send_cq;
+    b.recv_cq = init.recv_cq;
+    b.srq = init.srq;
+    b.qp_num = inner.qpn();
+    b.state = IBV_QPS_RESET;
+    b.qp_type = init.qp_type;
+    let extended = table.is_some();
+    if let Some(fill) = table {
+        fill(&mut ibv);
+    }
+    let qpn = inner.qpn();
+    let qp = Qp {
+        ibv,
+        inner,
+        init: *init,
+        inline,
+        extended,
+        builder: Mutex::new(Builder::default()),
+    };
+    let p_qp = handles::insert(Box::new(qp), Kind::Qp).cast::<ibv_qp>();
+    if let Some(c) = ctx_of(p.ibv.context) {
+        c.events.add_qp(qpn, p_qp);
+    }
+    Ok(p_qp)
 }
 
 #[export_name = "__ferroce_ibv_destroy_qp"]
@@ -212,7 +238,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     catch("ibv_destroy_qp", libc::EIO, || {
         match handles::remove(qp as *mut Qp, Kind::Qp) {
             Some(q) => {
-                if let Some(c) = ctx_of(q.ibv.context) {
+                if let Some(c) = ctx_of(q.ibv.qp_base.context) {
                     c.events.remove_qp(q.inner.qpn());
                 }
                 drop(q);

@@ -132,7 +132,6 @@ stubs! {
     ptr ibv_import_dm @ "IBVERBS_1.13";
     ptr ibv_import_mr @ "IBVERBS_1.10";
     ptr ibv_import_pd @ "IBVERBS_1.10";
-    ptr ibv_qp_to_qp_ex @ "IBVERBS_1.6";
     enotsup ibv_query_ece @ "IBVERBS_1.10";
     zero ibv_query_qp_data_in_order @ "IBVERBS_1.14";
     minus1 ibv_read_ibdev_sysfs_file @ "IBVERBS_PRIVATE_34";
