@@ -9,7 +9,9 @@
 #         "1500 9000": RoCE MTU 1024 and 4096). (scripts/bench/guest.sh; the measuring
 #         functions, shared with the host part, are in scripts/bench/lib.sh)
 #   host  natively on this machine: ferroce <-> ferroce between two network namespaces on a
-#         veth pair, and iperf3 on the same pair (and rxe <-> rxe when this kernel has it).
+#         veth pair, the same tests with Debian's perftest on ferroce's libibverbs.so.1
+#         (`ferroce exec`; "lib / ferroce" is what the C ABI keeps, 1.00x = no cost), and
+#         iperf3 on the same pair (and rxe <-> rxe when this kernel has it).
 #
 # Tests: RDMA WRITE bandwidth at 64 KiB and 4 KiB (`ib_write_bw` / `ferroce perf write-bw`,
 # -D $DURATION s, default 8) and 2-byte WRITE latency (`ib_write_lat` / `ferroce perf
@@ -31,7 +33,7 @@ fi
 MTUS=${MTUS:-1500 9000} DURATION=${DURATION:-8} REPEAT=${REPEAT:-3}
 out=$root/target/bench; mkdir -p "$out"   # each part replaces only its own files
 command -v iperf3 >/dev/null || { echo "[bench] installing iperf3"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iperf3 >/dev/null; }
-(cd "$root" && cargo build --release --quiet -p ferroce-cli --bin ferroce) || exit 1
+(cd "$root" && cargo build --release --quiet -p ferroce-cli --bin ferroce -p ferroce-ibverbs) || exit 1
 F=${CARGO_TARGET_DIR:-$root/target}/release/ferroce
 machine="$(nproc) CPUs, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), Linux $(uname -r)"
 
@@ -51,17 +53,19 @@ table() {
     function f(x) { return (x == "" || x == "FAILED") ? "-" : x }
     function ratio(a, b) { return (a + 0 > 0 && b + 0 > 0) ? sprintf("%.2fx", a / b) : "-" }
     END {
-      printf "| %-5s | %-20s | %-10s | %-12s | %-16s | %-10s | %-15s | %-15s |\n", "MTU", "test", "rxe<->rxe", "ferroce<->rxe", "ferroce<->ferroce", "TCP iperf3", "ferroce / rxe", "ferroce / TCP"
-      print "|-------|----------------------|------------|--------------|------------------|------------|-----------------|-----------------|"
+      printf "| %-5s | %-20s | %-10s | %-12s | %-16s | %-16s | %-10s | %-15s | %-15s | %-16s |\n", "MTU", "test", "rxe<->rxe", "ferroce<->rxe", "ferroce<->ferroce", "perftest on lib", "TCP iperf3", "ferroce / rxe", "ferroce / TCP", "lib / ferroce"
+      print "|-------|----------------------|------------|--------------|------------------|------------------|------------|-----------------|-----------------|------------------|"
       nt = split("write_bw-65536 write_bw-4096 write_lat-2", order, " ")
       for (m in mtus) for (i = 1; i <= nt; i++) {
         t = order[i]; if (!(t in tests)) continue
         rr = median(m " " t " rxe-rxe"); fr = median(m " " t " ferroce-rxe"); ff = median(m " " t " ferroce-ferroce"); tcp = median(m " tcp tcp-iperf3")
+        cc = median(m " " t " cabi-cabi")
         if (rr != "") rr = sprintf("%.3g", rr); if (fr != "") fr = sprintf("%.3g", fr); if (ff != "") ff = sprintf("%.3g", ff); if (tcp != "") tcp = sprintf("%.3g", tcp)
+        if (cc != "") cc = sprintf("%.3g", cc)
         lat = (t ~ /lat/)
         name = (t == "write_bw-65536") ? "WRITE 64 KiB, Gb/s" : (t == "write_bw-4096") ? "WRITE 4 KiB, Gb/s" : "WRITE 2 B, us typ."
-        printf "| %-5s | %-20s | %-10s | %-12s | %-16s | %-10s | %-15s | %-15s |\n", m, name, f(rr), f(fr), f(ff),
-          lat ? "" : f(tcp), ratio(lat ? rr : ff, lat ? ff : rr), lat ? "" : ratio(ff, tcp)
+        printf "| %-5s | %-20s | %-10s | %-12s | %-16s | %-16s | %-10s | %-15s | %-15s | %-16s |\n", m, name, f(rr), f(fr), f(ff), f(cc),
+          lat ? "" : f(tcp), ratio(lat ? rr : ff, lat ? ff : rr), lat ? "" : ratio(ff, tcp), ratio(lat ? ff : cc, lat ? cc : ff)
       }
     }' "$2"
 }
@@ -92,6 +96,11 @@ if [ "$what" != vm ]; then
       for n in ba bb; do ip -n $n link set lo up; done
       ip -n ba link set vba up; ip -n bb link set vbb up
       bench "$MTU" ferroce-ferroce bb "ferroce vbb" ba "ferroce vba" 10.78.0.2
+      # The same tests with Debian's perftest on ferroce's libibverbs: what the C ABI costs.
+      if [ -f "$(dirname "$F")/libibverbs.so" ] && command -v ib_write_bw >/dev/null; then
+        gid() { ip netns exec "$1" "$F" devinfo -d "$2" -v | sed -n "s/.*GID\[ *\([0-9]*\)\]:.*::ffff:$3,.*/\1/p" | head -1; }
+        bench "$MTU" cabi-cabi bb "cabi vbb $(gid bb vbb 10.78.0.2)" ba "cabi vba $(gid ba vba 10.78.0.1)" 10.78.0.2
+      fi
       iperf "$MTU" bb ba 10.78.0.2
       cleanup
     done

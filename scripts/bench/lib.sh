@@ -12,7 +12,8 @@ result() {  # MTU TEST PAIR LOG KIND(bw|lat)
 }
 # bench MTU PAIR SERVER_NS SERVER_TOOL CLIENT_NS CLIENT_TOOL SERVER_ADDR
 #   *_NS: a network namespace or "-" for the initial one;
-#   *_TOOL: "rxe DEV GID" runs perftest, "ferroce DEV" runs ferroce perf.
+#   *_TOOL: "rxe DEV GID" runs perftest, "ferroce DEV" runs ferroce perf, "cabi DEV GID"
+#   runs perftest on ferroce's libibverbs (ferroce exec).
 bench() {
   local mtu=$1 pair=$2 sn=$3 st=$4 cn=$5 ct=$6 addr=$7 t
   for t in "write_bw 65536 bw" "write_bw 4096 bw" "write_lat 2 lat"; do
@@ -39,6 +40,8 @@ in_ns() { local ns=$1; shift; if [ "$ns" = - ]; then "$@"; else ip netns exec "$
 cmd() {  # TOOL -> command line (uses $tool and $flags)
   set -- $1
   if [ "$1" = rxe ]; then echo "ib_$tool -d $2 -x $3 $flags"
+  # Debian's perftest, unmodified, on ferroce's libibverbs.so.1.
+  elif [ "$1" = cabi ]; then echo "$F exec -- ib_$tool -d $2 -x $3 $flags"
   else echo "$F perf ${tool//_/-} -d $2 $flags"; fi
 }
 
