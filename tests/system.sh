@@ -12,7 +12,9 @@
 #           on and off: utilisation, fairness, marks not drops (tests/dcqcn/run.sh)
 #   interop ferroce <-> Linux rxe with rdma-core's ibv_*_pingpong, both roles, sizes, MTUs,
 #           and 1% loss (tests/interop/rxe_pingpong.sh); `ferroce perf` <-> perftest's
-#           ib_*_bw / ib_*_lat, both roles (tests/interop/rxe_perftest.sh)
+#           ib_*_bw / ib_*_lat, both roles (tests/interop/rxe_perftest.sh); the same
+#           ibv_*_pingpong and perftest binaries on both sides, on ferroce's libibverbs
+#           (`ferroce exec`) and on rxe, both roles (tests/interop/rxe_libibverbs.sh)
 # Each runs on this host when its kernel has what it needs (netem; sch_red; rdma_rxe) and otherwise
 # inside the rxe VM (Debian's Linux 6.1 under qemu, TCG when there is no KVM), where both
 # share one boot.
@@ -64,7 +66,13 @@ fi
 # Plain veth, no netem: always on this host. The library is built here, not above, so that
 # a library that does not build fails this part only.
 echo "[system] libibverbs tests on this host"
+# The interop part runs its programs on a copy of the library built here (FERROCE_LIBDIR),
+# wherever it runs: the VM sees this host's / read-only, where `ferroce exec` could not make
+# its ferroce-lib/ symlink, and a later rebuild of target/release cannot change what is
+# tested. When the build fails the directory stays empty and those programs fail, saying so.
+libdir=$out/lib; mkdir -p "$libdir"
 if (cd "$root" && cargo build --release --quiet -p ferroce-ibverbs --lib); then
+  cp "$(dirname "$bin")/libibverbs.so" "$libdir/libibverbs.so.1"
   OUT=$out bash "$here/netns/libibverbs.sh" "$bin" | tee "$out/libibverbs.txt"
   echo "[system] rdma-core's own test suite on ferroce's libibverbs"
   OUT=$out bash "$here/rdma_core/run.sh" "$bin" | tee "$out/rdma-core.txt"
@@ -83,6 +91,7 @@ if host_has_rxe; then
   cleanup
   RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_pingpong.sh" "$bin" "$mode" | tee "$out/interop.txt"
   RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_perftest.sh" "$bin" "$mode" | tee "$out/perftest.txt"
+  FERROCE_LIBDIR=$libdir RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_libibverbs.sh" "$bin" "$mode" | tee "$out/rxe-libibverbs.txt"
   cleanup
 else
   echo "[system] this kernel has no rdma_rxe: interop tests go to the VM"; vm_parts="${vm_parts:+$vm_parts,}interop"
@@ -90,9 +99,9 @@ fi
 if [ -n "$vm_parts" ]; then
   echo "[system] booting the rxe VM for: $vm_parts"
   t0=$(date +%s)
-  "$here/interop/rxe-vm/run.sh" --timeout 2400 "$here/interop/guest.sh" "$out/vm" "$here" "$bin" "$mode" "$vm_parts" >"$out/vm.log" 2>&1
+  "$here/interop/rxe-vm/run.sh" --timeout 3000 "$here/interop/guest.sh" "$out/vm" "$here" "$bin" "$mode" "$vm_parts" "$libdir" >"$out/vm.log" 2>&1
   echo "[system] VM run: exit $?, $(( $(date +%s) - t0 )) s"
-  grep -E '^(=====|PASS|FAIL|    |interop:|netns:|perftest:|dcqcn:|rxe0|tc |counters:)' "$out/vm/console.log" | tee "$out/vm.txt"
+  grep -E '^(=====|PASS|FAIL|    |interop:|netns:|perftest:|rxe-libibverbs:|dcqcn:|rxe0|tc |counters:)' "$out/vm/console.log" | tee "$out/vm.txt"
 fi
 passed=$(cat "$out"/*.txt 2>/dev/null | grep -cE '^PASS ')
 failed=$(cat "$out"/*.txt 2>/dev/null | grep -cE '^FAIL ')

@@ -1,8 +1,12 @@
 #!/bin/bash
 # Guest side of tests/system.sh: runs inside the rxe VM the parts the host cannot.
-#   guest.sh TESTS_DIR FERROCE_BINARY MODE PARTS   PARTS: "interop", "netns", "dcqcn", comma-separated
+#   guest.sh TESTS_DIR FERROCE_BINARY MODE PARTS [LIBDIR]
+#     PARTS: "interop", "netns", "dcqcn", comma-separated
+#     LIBDIR: the directory holding the libibverbs.so.1 that interop's programs run on
+#       through `ferroce exec` (FERROCE_LIBDIR); without it, the library next to
+#       FERROCE_BINARY, whose ferroce-lib/ symlink must exist already (/ is read-only here)
 # (run.sh copies this script into the output directory, so the tests' own path is passed in.)
-tests=$1 F=$2 MODE=$3 PARTS=$4
+tests=$1 F=$2 MODE=$3 PARTS=$4 LIBDIR=${5:-}
 # The guest mounts scratch file systems over /tmp and friends; the host's whole root stays
 # visible under /run/hostroot, so a checkout or binary there (e.g. a clone in /tmp) is
 # reached through it.
@@ -10,7 +14,9 @@ tests=$1 F=$2 MODE=$3 PARTS=$4
 # for the files themselves, not their directories.)
 [ -f "$tests/netns/run.sh" ] || tests=/run/hostroot$tests
 [ -x "$F" ] || F=/run/hostroot$F
-[ -f "$tests/netns/run.sh" ] && [ -x "$F" ] || { echo "guest: cannot see $tests or $F"; exit 1; }
+if [ ! -f "$tests/netns/run.sh" ] || [ ! -x "$F" ]; then echo "guest: cannot see $tests or $F"; exit 1; fi
+# (A LIBDIR that cannot be seen is left as it is: the programs then fail, saying so.)
+[ -z "$LIBDIR" ] || [ -d "$LIBDIR" ] || [ ! -d "/run/hostroot$LIBDIR" ] || LIBDIR=/run/hostroot$LIBDIR
 rc=0
 case ",$PARTS," in *,netns,*)
   echo "===== netns: ferroce <-> ferroce over veth, with netem ====="
@@ -24,6 +30,8 @@ case ",$PARTS," in *,interop,*)
   echo "===== interop: ferroce <-> Linux rxe ====="
   bash "$tests/interop/rxe_pingpong.sh" "$F" "$MODE" || rc=1
   echo "===== perftest: ferroce perf <-> perftest on Linux rxe ====="
-  bash "$tests/interop/rxe_perftest.sh" "$F" "$MODE" || rc=1 ;;
+  bash "$tests/interop/rxe_perftest.sh" "$F" "$MODE" || rc=1
+  echo "===== rxe-libibverbs: the same rdma-core programs on ferroce's libibverbs and on rxe ====="
+  FERROCE_LIBDIR=$LIBDIR bash "$tests/interop/rxe_libibverbs.sh" "$F" "$MODE" || rc=1 ;;
 esac
 exit $rc
