@@ -36,7 +36,7 @@ pub(crate) fn errno_of(e: &Error) -> i32 {
     match e {
         Error::Transport(t) => match t {
             T::PdInUse | T::CqInUse | T::SrqInUse => libc::EBUSY,
-            T::QueueFull | T::OutOfResources => libc::ENOMEM,
+            T::QueueFull | T::OutOfResources | T::NoQpn => libc::ENOMEM,
             _ => libc::EINVAL,
         },
         Error::Interface(_) => libc::ENODEV,

@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::memory::{OwnedMemory, RegionMemory};
 use crate::mr::{Access, MrInfo, MrTable};
 use crate::qp::{CnpOut, Ctx, Qp, Rx};
+use crate::qpn::QpnSpace;
 use crate::random::{seeded_fill, FillRandom, Random};
 use crate::srq::SrqTable;
 use crate::time::Instant;
@@ -76,6 +77,8 @@ pub struct Transmit {
     pub ecn: u8,
     /// The QP that sent it.
     pub qpn: u32,
+    /// The destination QP (from the BTH).
+    pub dst_qpn: u32,
 }
 
 /// A RoCE v2 device in user space, without I/O.
@@ -95,6 +98,8 @@ pub struct Endpoint {
     random: Random,
     /// Round-robin cursor: the QP number to try first.
     rr: u32,
+    /// The QP numbers this endpoint may hand out.
+    qpn_space: QpnSpace,
     ip_id: u16,
 }
 
@@ -151,6 +156,7 @@ impl Endpoint {
             events: Vec::new(),
             dcqcn: DcqcnConfig::default(),
             rr: 0,
+            qpn_space: QpnSpace::Any,
             ip_id: 0,
         }
     }
@@ -414,7 +420,7 @@ impl Endpoint {
         if let Some(id) = init.srq {
             self.srqs.get(id).ok_or(Error::InvalidSrq)?;
         }
-        let qpn = self.alloc_qpn().ok_or(Error::OutOfResources)?;
+        let qpn = self.alloc_qpn().ok_or(Error::NoQpn)?;
         let mut qp = Qp::new(
             qpn,
             init.qp_type,
@@ -437,11 +443,39 @@ impl Endpoint {
         Ok(qpn)
     }
 
-    /// A random QP number in `FIRST_QPN..=0xff_ffff` no live QP has.
+    /// A random QP number no live QP has, in `FIRST_QPN..=0xff_ffff` or in the blocks
+    /// given with [`Endpoint::add_qpn_block`].
     fn alloc_qpn(&mut self) -> Option<u32> {
-        (0..64)
-            .map(|_| self.random.u32() & Psn::MASK)
-            .find(|q| *q >= FIRST_QPN && !self.qps.contains_key(q))
+        self.qpn_space.alloc(&mut self.random, &self.qps, FIRST_QPN)
+    }
+
+    /// Confines QP numbers to blocks of [`QPN_BLOCK_SIZE`](crate::QPN_BLOCK_SIZE): the
+    /// first call leaves none (`create_qp` fails with [`Error::NoQpn`] until a block is
+    /// added), each call adds `block`. For an interface several processes share, where the
+    /// layer above claims blocks for this process from the host.
+    pub fn add_qpn_block(&mut self, block: u16) {
+        match &mut self.qpn_space {
+            QpnSpace::Blocks(b) if !b.contains(&block) => b.push(block),
+            QpnSpace::Blocks(_) => {}
+            s @ QpnSpace::Any => *s = QpnSpace::Blocks(vec![block]),
+        }
+    }
+
+    /// Confines QP numbers to blocks (see [`Endpoint::add_qpn_block`]) without adding one.
+    pub fn restrict_qpns(&mut self) {
+        if let QpnSpace::Any = self.qpn_space {
+            self.qpn_space = QpnSpace::Blocks(Vec::new());
+        }
+    }
+
+    /// How many QPs exist.
+    pub fn qp_count(&self) -> usize {
+        self.qps.len()
+    }
+
+    /// Whether a QP with number `qpn` exists (a datagram to it stays inside the endpoint).
+    pub fn has_qp(&self, qpn: u32) -> bool {
+        self.qps.contains_key(&(qpn & Psn::MASK))
     }
 
     /// A random 24-bit PSN from the endpoint's source, for a QP's initial SQ_PSN (a
@@ -829,6 +863,7 @@ impl Endpoint {
             src: to_ip(m.src),
             ecn,
             qpn,
+            dst_qpn: u32::from_be_bytes([0, buf[hl + 5], buf[hl + 6], buf[hl + 7]]),
         })
     }
 

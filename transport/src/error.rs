@@ -65,6 +65,9 @@ pub enum Error {
     Unsupported(&'static str),
     /// A limit on objects (QPs, regions, CQs) was reached.
     OutOfResources,
+    /// No free QP number in the blocks this endpoint owns (see
+    /// [`Endpoint::add_qpn_block`](crate::Endpoint::add_qpn_block)).
+    NoQpn,
     /// A byte range outside the memory region it names.
     OutOfBounds {
         /// Offset into the region.
@@ -104,6 +107,7 @@ impl fmt::Display for Error {
             Error::MessageTooLarge => write!(f, "message too large"),
             Error::Unsupported(w) => write!(f, "unsupported: {w}"),
             Error::OutOfResources => write!(f, "out of resources"),
+            Error::NoQpn => write!(f, "no free QP number in this process's blocks"),
             Error::OutOfBounds { offset, len } => {
                 write!(f, "{len} bytes at offset {offset} are outside the region")
             }
