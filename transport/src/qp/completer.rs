@@ -161,16 +161,17 @@ impl Qp {
         if reason != RetryReason::Timeout && self.comp.started_retry {
             return;
         }
-        if self.attr.retry_cnt != 7 {
-            if self.comp.retry_left == 0 {
-                ctx.counters.retry_exceeded_err += 1;
-                tracing::debug!(qpn = self.qpn, psn = %self.comp.oldest_unacked_psn, "retry count exceeded");
-                self.complete_front(ctx, WcStatus::RetryExcErr);
-                self.fail(ctx);
-                return;
-            }
-            self.comp.retry_left -= 1;
+        // retry_cnt 7 is seven retries, as the IB spec and RoCE NICs have it (only
+        // rnr_retry 7 means "forever"); rxe alone retries forever at 7, so a peer that
+        // died would hold the QP in retransmission for good.
+        if self.comp.retry_left == 0 {
+            ctx.counters.retry_exceeded_err += 1;
+            tracing::debug!(qpn = self.qpn, psn = %self.comp.oldest_unacked_psn, "retry count exceeded");
+            self.complete_front(ctx, WcStatus::RetryExcErr);
+            self.fail(ctx);
+            return;
         }
+        self.comp.retry_left -= 1;
         ctx.counters.completer_retry_err += 1;
         tracing::debug!(qpn = self.qpn, psn = %self.comp.oldest_unacked_psn, ?reason, "go-back-N retry");
         self.comp.started_retry = true;
