@@ -14,6 +14,7 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use ferroce::link::af_packet::{RawSocket, RingUse};
+use ferroce::link::bpf::{roce_filter, FilterSpec};
 use ferroce::link::interface::Interface;
 use ferroce::wire::{
     packet, BthRepr, DatagramRepr, EthernetRepr, ExtRepr, FrameRepr, IbRepr, IpRepr, Opcode, Psn,
@@ -42,7 +43,14 @@ fn main() {
     let own_mac = iface.mac;
     // A bare AF_PACKET socket: no UDP 4791 reservation, so it can share a namespace
     // with the real client whose address it spoofs.
-    let link = RawSocket::open(iface.index, 2048, RingUse::None).expect("AF_PACKET (root?)");
+    // A sender only: its filter takes no QP's frames.
+    let nothing = roce_filter(&FilterSpec {
+        own_mac: iface.mac,
+        outgoing_to_self: false,
+        blocks: Some(Vec::new()),
+    });
+    let link =
+        RawSocket::open(iface.index, 2048, RingUse::None, &nothing).expect("AF_PACKET (root?)");
 
     let mut x: u64 = Instant::now().elapsed().as_nanos() as u64 ^ 0x9e37_79b9_7f4a_7c15;
     let mut next = || {

@@ -25,8 +25,9 @@ pub struct DriverCounters {
     pub tx_no_neighbour: u64,
     /// Send errors from the link.
     pub send_err: u64,
-    /// Datagrams to one of the device's own addresses, handed straight back to the
-    /// transport (two QPs of one device talking to each other).
+    /// Datagrams to one of the device's own QPs, handed straight back to the transport
+    /// (two QPs of one device talking to each other; those for another process's QPs on
+    /// this host go out on the link).
     pub loopback: u64,
 }
 
@@ -48,7 +49,8 @@ pub(super) struct LinkIo {
     pub(super) rx: Mutex<FrameBatch>,
     /// A leaf lock.
     counters: Mutex<DriverCounters>,
-    /// The device's own addresses: datagrams to them never reach the wire.
+    /// The device's own addresses: datagrams to them for this process's own QPs never
+    /// reach the wire.
     local: HashSet<IpAddr>,
     /// Datagrams to the device itself, waiting for the transport (a leaf lock, taken with
     /// the endpoint locked).
@@ -115,7 +117,7 @@ impl Shared {
                 let ep = ep.get_or_insert_with(|| self.endpoint());
                 let now = *now.get_or_insert_with(|| self.now());
                 if frame.is_empty() {
-                    return; // our own frame, looped back by an old kernel
+                    return; // nothing to parse
                 }
                 self.recorder.record(frame);
                 // The transport parses, verifies and counts the datagram itself.
@@ -222,7 +224,8 @@ impl Shared {
         let mut no_neighbour = 0;
         let out = self.io.link.send_each(&mut tx, max, &mut |slot| {
             let t = ep.poll_transmit(now, &mut slot[14..])?;
-            if self.io.local.contains(&t.dst) {
+            let local = self.io.local.contains(&t.dst);
+            if local && ep.has_qp(t.dst_qpn) {
                 let eth = EthernetRepr {
                     src,
                     dst: src,
@@ -234,7 +237,14 @@ impl Shared {
                 relock(&self.io.loopback).push_back(slot[14..14 + t.len].to_vec());
                 return Some(0);
             }
-            let Some(&dst) = neighbours.get(&t.dst) else {
+            // To another process on this host: sent to the interface's own MAC address,
+            // where that process's socket sees it go out (or, on lo, come back in).
+            let dst = if local {
+                Some(&src)
+            } else {
+                neighbours.get(&t.dst)
+            };
+            let Some(&dst) = dst else {
                 tracing::debug!(dst = %t.dst, "no MAC address for destination; dropped");
                 no_neighbour += 1;
                 return Some(0);

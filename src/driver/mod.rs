@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use ferroce_transport::{Endpoint, Instant};
+use ferroce_transport::{Endpoint, Instant, PdId, QpInitAttr};
 
 use crate::link::Link;
 use crate::net::neigh::{ResolveError, Resolver};
@@ -60,6 +60,8 @@ use wakeups::Wakeups;
 /// The link's slots must hold the largest datagram the transport emits, behind an
 /// Ethernet header (the link layer states its size without importing the transport).
 const _: () = assert!(crate::link::MIN_SLOT >= 14 + ferroce_transport::MAX_DATAGRAM_LEN);
+/// The link's socket filter and the transport cut QP numbers into the same blocks.
+const _: () = assert!(crate::link::bpf::QPN_BLOCK_BITS == ferroce_transport::QPN_BLOCK_BITS);
 
 /// Frames received per lock of the endpoint, so API calls are not starved.
 const RX_BATCH: usize = 64;
@@ -149,6 +151,42 @@ impl Shared {
     pub fn completion_generation(&self) -> u64 {
         self.completions.generation()
     }
+
+    /// Creates a QP. On an interface other processes share, QP numbers come from this
+    /// process's blocks; when those are full, one more block is claimed from the host
+    /// (which also lets its frames through the link's filter).
+    pub fn create_qp(&self, pd: PdId, init: QpInitAttr) -> ferroce_transport::Result<u32> {
+        use ferroce_transport::Error;
+        let mut ep = self.endpoint();
+        loop {
+            match ep.create_qp(pd, init) {
+                Err(Error::NoQpn) => match self.io.link.claim_qpn_block() {
+                    Ok(Some(b)) => ep.add_qpn_block(b),
+                    Ok(None) => return Err(Error::OutOfResources),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot claim a QP number block");
+                        return Err(Error::OutOfResources);
+                    }
+                },
+                r => {
+                    self.io.link.report_qps(ep.qp_count());
+                    return r;
+                }
+            }
+        }
+    }
+
+    /// Destroys a QP (see [`Endpoint::destroy_qp`]) and tells the host the new count.
+    pub fn destroy_qp(&self, ep: &mut Endpoint, qpn: u32) -> ferroce_transport::Result<()> {
+        let r = ep.destroy_qp(qpn);
+        self.io.link.report_qps(ep.qp_count());
+        r
+    }
+
+    /// How many processes and QPs use the interface, when other processes may share it.
+    pub fn link_users(&self) -> Option<crate::link::LinkUsers> {
+        self.io.link.users()
+    }
 }
 
 /// The running driver; dropping it stops the thread.
@@ -162,10 +200,16 @@ impl Driver {
     /// Starts the driver thread for `endpoint` on `link`, finding MAC addresses with
     /// `resolver`.
     pub fn start(
-        endpoint: Endpoint,
+        mut endpoint: Endpoint,
         link: Arc<dyn Link>,
         resolver: Arc<dyn Resolver>,
     ) -> std::io::Result<Driver> {
+        if let Some(blocks) = link.qpn_blocks() {
+            endpoint.restrict_qpns();
+            for b in blocks {
+                endpoint.add_qpn_block(b);
+            }
+        }
         let local = endpoint
             .config()
             .local_gids

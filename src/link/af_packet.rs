@@ -8,7 +8,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-use super::bpf::{SockFilter, ROCE_V2_FILTER};
+use super::bpf::SockFilter;
 use super::packet_ring::Rings;
 
 /// Which PACKET_MMAP rings a socket asks for.
@@ -20,6 +20,19 @@ pub enum RingUse {
     Rx,
     /// Receive and transmit rings.
     Both,
+}
+
+fn attach_filter(fd: RawFd, filter: &[SockFilter]) -> io::Result<()> {
+    const _: () =
+        assert!(std::mem::size_of::<SockFilter>() == std::mem::size_of::<libc::sock_filter>());
+    let len = u16::try_from(filter.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "socket filter too long"))?;
+    let prog = libc::sock_fprog {
+        len,
+        // The kernel only reads the program; SockFilter has sock_filter's layout.
+        filter: filter.as_ptr() as *mut libc::sock_filter,
+    };
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog)
 }
 
 /// A non-blocking raw Ethernet socket bound to one interface.
@@ -57,10 +70,15 @@ fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, value: &T) ->
 const SOCKET_BUFFER: i32 = 16 << 20;
 
 impl RawSocket {
-    /// Opens a raw socket on interface `ifindex` that receives only RoCE v2 frames of up to
-    /// `max_frame` bytes. With `rings`, frames move through PACKET_MMAP rings when the
-    /// kernel grants them.
-    pub fn open(ifindex: u32, max_frame: usize, rings: RingUse) -> io::Result<RawSocket> {
+    /// Opens a raw socket on interface `ifindex` that receives the frames `filter` accepts
+    /// (see [`super::bpf::roce_filter`]), of up to `max_frame` bytes. With `rings`, frames
+    /// move through PACKET_MMAP rings when the kernel grants them.
+    pub fn open(
+        ifindex: u32,
+        max_frame: usize,
+        rings: RingUse,
+        filter: &[SockFilter],
+    ) -> io::Result<RawSocket> {
         // SAFETY: plain socket(2) call; the result is checked before use.
         let raw = check(unsafe {
             libc::socket(
@@ -71,17 +89,10 @@ impl RawSocket {
         })?;
         // SAFETY: `raw` is a freshly created descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-
-        let prog = libc::sock_fprog {
-            len: ROCE_V2_FILTER.len() as u16,
-            // The kernel only reads the program; SockFilter has sock_filter's layout.
-            filter: ROCE_V2_FILTER.as_ptr() as *mut libc::sock_filter,
-        };
-        const _: () =
-            assert!(std::mem::size_of::<SockFilter>() == std::mem::size_of::<libc::sock_filter>());
-        setsockopt(raw, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog)?;
-        // Our own transmissions must not loop back into the receive path (Linux >= 4.20).
-        let _ = setsockopt(raw, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1i32);
+        attach_filter(raw, filter)?;
+        // Outgoing frames are not ignored (PACKET_IGNORE_OUTGOING): those another process
+        // on this host sends to the interface's own address are how processes reach each
+        // other. The filter keeps only those; the kernel never shows a socket its own.
         // Room for bursts: a 64 KiB message at MTU 1024 is 64 frames, and a peer may have
         // 128 of them (or a 4 MiB READ response) in flight. SO_RCVBUF is capped at
         // net.core.rmem_max (often 208 KiB, ~190 frames); with CAP_NET_ADMIN the FORCE
@@ -118,6 +129,12 @@ impl RawSocket {
             )
         })?;
         Ok(RawSocket { rings, fd, ifindex })
+    }
+
+    /// Replaces the socket's filter; the kernel swaps it atomically, so no frame is judged
+    /// by neither program.
+    pub fn set_filter(&self, filter: &[SockFilter]) -> io::Result<()> {
+        attach_filter(self.fd.as_raw_fd(), filter)
     }
 
     /// Frames the kernel dropped because the receive buffer was full since the last call
@@ -190,10 +207,6 @@ impl RawSocket {
                     io::ErrorKind::Interrupted => continue,
                     _ => Err(e),
                 };
-            }
-            // Kernels without PACKET_IGNORE_OUTGOING still show our own frames: skip them.
-            if from.sll_pkttype == libc::PACKET_OUTGOING {
-                continue;
             }
             return Ok(Some(ret as usize));
         }
@@ -301,11 +314,7 @@ impl RawSocket {
             }
         };
         for (i, len) in lens.iter_mut().enumerate().take(ret) {
-            *len = if headers.from[i].sll_pkttype == libc::PACKET_OUTGOING {
-                0
-            } else {
-                headers.msgs[i].msg_len as usize
-            };
+            *len = headers.msgs[i].msg_len as usize;
         }
         Ok(ret)
     }

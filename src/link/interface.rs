@@ -18,6 +18,8 @@ pub struct Interface {
     pub addrs: Vec<(IpAddr, u8)>,
     /// Administratively and operationally up.
     pub up: bool,
+    /// The loopback interface (`lo`): no MAC address, every frame sent comes back in.
+    pub loopback: bool,
 }
 
 /// Why an interface cannot be used.
@@ -30,7 +32,7 @@ pub enum InterfaceError {
         /// Interfaces that do exist, for the message.
         available: Vec<String>,
     },
-    /// The interface has no Ethernet address (loopback, tunnels).
+    /// The interface has no Ethernet address (tunnels).
     NotEthernet(String),
     /// Listing the interfaces failed.
     Io(io::Error),
@@ -71,13 +73,14 @@ impl Interface {
                 mac: i.mac.map(|m| m.octets()).unwrap_or_default(),
                 addrs: i.ips.iter().map(|n| (n.ip(), n.prefix())).collect(),
                 up: i.is_up(),
+                loopback: i.is_loopback(),
                 index: i.index,
                 name: i.name,
             })
             .collect()
     }
 
-    /// The Ethernet interface called `name`.
+    /// The interface called `name`: an Ethernet one, or `lo`.
     pub fn by_name(name: &str) -> Result<Interface, InterfaceError> {
         let all = Self::all();
         let found = all.iter().find(|i| i.name == name).cloned();
@@ -86,11 +89,11 @@ impl Interface {
                 name: name.to_string(),
                 available: all
                     .into_iter()
-                    .filter(|i| i.mac != [0; 6])
+                    .filter(|i| i.mac != [0; 6] || i.loopback)
                     .map(|i| i.name)
                     .collect(),
             }),
-            Some(i) if i.mac == [0; 6] => Err(InterfaceError::NotEthernet(i.name)),
+            Some(i) if i.mac == [0; 6] && !i.loopback => Err(InterfaceError::NotEthernet(i.name)),
             Some(i) => Ok(i),
         }
     }

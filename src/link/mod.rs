@@ -23,12 +23,14 @@ pub mod interface;
 mod memory;
 mod packet;
 pub mod packet_ring;
+pub mod share;
 pub mod timerfd;
 pub mod udp_guard;
 
 pub use batch::{FrameBatch, TxOutcome, MAX_FRAME, MIN_SLOT};
 pub use memory::MemoryLink;
 pub use packet::{LinkError, PacketLink};
+pub use share::LinkUsers;
 
 /// A link that carries Ethernet frames.
 pub trait Link: Send + Sync + 'static {
@@ -43,6 +45,22 @@ pub trait Link: Send + Sync + 'static {
     /// Frames the link dropped on receive (a full socket buffer) since the link opened.
     fn rx_drops(&self) -> u64 {
         0
+    }
+    /// The QP number blocks this process owns on a shared interface, or `None` when the
+    /// link is this process's alone and every QP number is usable (see [`share`]).
+    fn qpn_blocks(&self) -> Option<Vec<u16>> {
+        None
+    }
+    /// Claims one more QP number block and lets its frames in; `Ok(None)` when none is
+    /// left. Only for links whose [`Link::qpn_blocks`] is `Some`.
+    fn claim_qpn_block(&self) -> io::Result<Option<u16>> {
+        Ok(None)
+    }
+    /// Tells other processes how many QPs this one has on the link.
+    fn report_qps(&self, _qps: usize) {}
+    /// How many processes and QPs use the link's interface, if it is shared.
+    fn users(&self) -> Option<LinkUsers> {
+        None
     }
     /// How frames move, for `--stats` and logs: "rx=… tx=…".
     fn io_mode(&self) -> &'static str {

@@ -7,8 +7,10 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::af_packet::{RawSocket, RingUse};
+use super::bpf::{roce_filter, FilterSpec};
 use super::interface::Interface;
 use super::packet_ring::Rings;
+use super::share::{LinkUsers, Share};
 use super::udp_guard::UdpGuard;
 use super::{recv_each_batched, send_each_batched, FrameBatch, Link, TxOutcome, MIN_SLOT};
 
@@ -18,6 +20,9 @@ pub struct PacketLink {
     iface: Interface,
     socket: RawSocket,
     _guards: Vec<UdpGuard>,
+    /// This process's QP number blocks on the interface; `None` if the registry could not
+    /// be joined (every frame to any QP is then taken, as by a process alone).
+    share: Option<Share>,
     /// Receive drops read so far (the kernel's counter resets on reading).
     rx_drops: AtomicU64,
 }
@@ -54,18 +59,28 @@ impl std::error::Error for LinkError {}
 impl PacketLink {
     /// Opens `iface` for RoCE v2.
     pub fn open(iface: Interface) -> Result<PacketLink, LinkError> {
-        // Frames up to the interface's MTU, and always room for the largest datagram the
-        // transport may build (a 4096-byte IB MTU).
-        let max_frame = (iface.mtu as usize + 18).max(MIN_SLOT);
+        // Frames up to the interface's MTU (but no jumbo beyond what Ethernet carries: lo
+        // says 65536), and always room for the largest datagram the transport may build.
+        let max_frame = (iface.mtu as usize + 18).clamp(MIN_SLOT, super::MAX_FRAME);
         let rings = match std::env::var("FERROCE_PACKET_RINGS").as_deref() {
             Ok("0") | Ok("none") => RingUse::None,
             Ok("both") => RingUse::Both,
             _ => RingUse::Rx,
         };
+        let share = match Share::join(iface.index) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(error = %e, iface = %iface.name, "cannot join the host's QP number registry; taking frames for every QP (other processes on this interface will not work)");
+                None
+            }
+        };
+        let filter = roce_filter(&filter_spec(&iface, share.as_ref()));
         let socket =
-            RawSocket::open(iface.index, max_frame, rings).map_err(|e| match e.raw_os_error() {
-                Some(libc::EPERM) | Some(libc::EACCES) => LinkError::Permission,
-                _ => LinkError::Io(e),
+            RawSocket::open(iface.index, max_frame, rings, &filter).map_err(|e| {
+                match e.raw_os_error() {
+                    Some(libc::EPERM) | Some(libc::EACCES) => LinkError::Permission,
+                    _ => LinkError::Io(e),
+                }
             })?;
         let mut guards = Vec::new();
         for (addr, _) in &iface.addrs {
@@ -86,6 +101,7 @@ impl PacketLink {
             iface,
             socket,
             _guards: guards,
+            share,
             rx_drops: AtomicU64::new(0),
         };
         tracing::info!(iface = %link.iface.name, io = link.io_mode(), "link open");
@@ -98,7 +114,38 @@ impl PacketLink {
     }
 }
 
+/// The socket filter for `iface`: this process's blocks if it shares the interface.
+fn filter_spec(iface: &Interface, share: Option<&Share>) -> FilterSpec {
+    FilterSpec {
+        own_mac: iface.mac,
+        outgoing_to_self: !iface.loopback,
+        blocks: share.map(Share::blocks),
+    }
+}
+
 impl Link for PacketLink {
+    fn qpn_blocks(&self) -> Option<Vec<u16>> {
+        self.share.as_ref().map(Share::blocks)
+    }
+    fn claim_qpn_block(&self) -> io::Result<Option<u16>> {
+        let Some(share) = &self.share else {
+            return Ok(None);
+        };
+        let Some(b) = share.claim()? else {
+            return Ok(None);
+        };
+        self.socket
+            .set_filter(&roce_filter(&filter_spec(&self.iface, Some(share))))?;
+        Ok(Some(b))
+    }
+    fn report_qps(&self, qps: usize) {
+        if let Some(s) = &self.share {
+            s.report_qps(qps);
+        }
+    }
+    fn users(&self) -> Option<LinkUsers> {
+        self.share.as_ref().and_then(|s| s.users().ok())
+    }
     fn mac(&self) -> [u8; 6] {
         self.iface.mac
     }

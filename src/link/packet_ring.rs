@@ -207,8 +207,8 @@ impl Rings {
     }
 
     /// Hands up to `max` received frames to `f`, in arrival order and in place, and gives
-    /// their slots back to the kernel. Our own outgoing frames (kernels without
-    /// PACKET_IGNORE_OUTGOING) and truncated ones are skipped. Returns how many frames
+    /// their slots back to the kernel. Truncated frames are skipped (and counted). Returns
+    /// how many frames
     /// were taken from the ring.
     pub fn recv_each(&self, max: usize, f: &mut dyn FnMut(&[u8])) -> usize {
         let mut next = self.rx_next.lock().expect("rx ring lock");
@@ -222,14 +222,9 @@ impl Rings {
             let h = self.header(off);
             let mac = usize::from(h.tp_mac);
             let len = h.tp_snaplen as usize;
-            let sll_off = off + libc::TPACKET2_HDRLEN - std::mem::size_of::<libc::sockaddr_ll>();
-            // SAFETY: the sockaddr_ll follows the header inside the frame, which user space
-            // owns; read_unaligned copies it out.
-            let sll: libc::sockaddr_ll =
-                unsafe { std::ptr::read_unaligned(self.map.as_ptr().add(sll_off).cast()) };
             if h.tp_len as usize > len || mac + len > self.rx.frame_size {
                 self.truncated.fetch_add(1, Ordering::Relaxed);
-            } else if sll.sll_pkttype != libc::PACKET_OUTGOING {
+            } else {
                 // SAFETY: [off + mac, off + mac + len) lies inside this frame (checked just
                 // above) and user space owns the frame until the store below, after `f`
                 // has returned and the slice is gone.

@@ -3,6 +3,11 @@
 //! The kernel sees every frame the raw socket sees. With nothing bound to UDP port 4791 it
 //! would answer each RoCE packet with an ICMP error. A UDP socket bound to the port, whose
 //! own socket filter drops everything, silences it without queueing a byte.
+//!
+//! Every ferroce process on the interface binds its own guard with `SO_REUSEADDR` (which,
+//! unlike `SO_REUSEPORT`, also lets processes of different users share the port), so the
+//! port stays covered for as long as any of them runs, whichever exits first. The kernel's
+//! rdma_rxe binds without it, so its presence still shows as `AddrInUse`.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -20,7 +25,15 @@ impl UdpGuard {
     /// Binds `addr`:4791. `AddrInUse` means another RoCE stack (such as the kernel's rdma_rxe)
     /// already owns the port in this network namespace.
     pub fn bind(addr: IpAddr) -> io::Result<UdpGuard> {
-        let socket = UdpSocket::bind(SocketAddr::new(addr, ferroce_wire::ROCE_V2_PORT))?;
+        use rustix::net::{bind, socket_with, sockopt, AddressFamily, SocketFlags, SocketType};
+        let family = match addr {
+            IpAddr::V4(_) => AddressFamily::INET,
+            IpAddr::V6(_) => AddressFamily::INET6,
+        };
+        let fd = socket_with(family, SocketType::DGRAM, SocketFlags::CLOEXEC, None)?;
+        sockopt::set_socket_reuseaddr(&fd, true)?;
+        bind(&fd, &SocketAddr::new(addr, ferroce_wire::ROCE_V2_PORT))?;
+        let socket = UdpSocket::from(fd);
         let drop_all = [SockFilter {
             code: 0x06,
             jt: 0,

@@ -48,8 +48,10 @@ impl GidTable {
             .iter()
             .filter(|a| is_ll(a))
             .chain(addrs.iter().filter(|a| !is_ll(a)));
+        // Loopback addresses only on `lo`, where they are all there is.
+        let only_loopback = addrs.iter().all(IpAddr::is_loopback);
         let entries = ordered
-            .filter(|a| !a.is_loopback())
+            .filter(|a| only_loopback || !a.is_loopback())
             .enumerate()
             .map(|(index, a)| GidEntry {
                 index,

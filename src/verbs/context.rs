@@ -247,6 +247,17 @@ impl Context {
         self.shared().link().io_mode()
     }
 
+    /// How many processes (this one included) and QPs use the interface, when processes
+    /// share it (a real interface); `None` for a link this process has alone.
+    pub fn link_users(&self) -> Option<crate::link::LinkUsers> {
+        self.shared().link_users()
+    }
+
+    /// The QP number blocks this process owns on a shared interface (`None`: all of them).
+    pub fn qpn_blocks(&self) -> Option<Vec<u16>> {
+        self.shared().link().qpn_blocks()
+    }
+
     /// Transport counters (named like rxe's hw_counters) and driver counters.
     pub fn counters(&self) -> Vec<(&'static str, u64)> {
         let mut v: Vec<(&'static str, u64)> = self.shared().endpoint().counters().iter().collect();

@@ -1,4 +1,5 @@
-//! RoCE devices: every Ethernet interface with an address is one, named like the interface.
+//! RoCE devices: every Ethernet interface with an address is one, named like the interface,
+//! and `lo` last (processes of one host reaching each other through 127.0.0.1 or ::1).
 
 use std::net::IpAddr;
 
@@ -15,13 +16,16 @@ pub struct Device {
 }
 
 impl Device {
-    /// Every usable device of this network namespace (Ethernet, with at least one address).
+    /// Every usable device of this network namespace: Ethernet interfaces with at least
+    /// one address, then `lo`. Loopback comes last so that programs taking the first
+    /// device (perftest without `-d`) keep getting a real interface.
     pub fn list() -> Vec<Device> {
-        Interface::all()
+        let (mut eth, lo): (Vec<Interface>, Vec<Interface>) = Interface::all()
             .into_iter()
-            .filter(|i| i.mac != [0; 6] && !i.addrs.is_empty())
-            .map(Device::from_interface)
-            .collect()
+            .filter(|i| (i.mac != [0; 6] || i.loopback) && !i.addrs.is_empty())
+            .partition(|i| !i.loopback);
+        eth.extend(lo);
+        eth.into_iter().map(Device::from_interface).collect()
     }
 
     /// The device on interface `name`.

@@ -83,7 +83,7 @@ impl ProtectionDomain {
             sq_sig_all,
             srq: srq.map(|s| s.id),
         };
-        let qpn = self.ctx.shared().endpoint().create_qp(self.id, init)?;
+        let qpn = self.ctx.shared().create_qp(self.id, init)?;
         Ok(QueuePair::new(self.ctx.clone(), qpn, qp_type))
     }
 

@@ -224,6 +224,6 @@ impl Drop for QueuePair {
         let mut ep = shared.endpoint();
         // The last message's ACK may still wait to leave with the next post.
         shared.send_pending(&mut ep);
-        let _ = ep.destroy_qp(self.qpn);
+        let _ = shared.destroy_qp(&mut ep, self.qpn);
     }
 }
