@@ -77,6 +77,11 @@ pub fn devinfo(a: DevinfoArgs) -> Result<ExitCode, CliError> {
         println!("\t\t\tport_lid:\t\t0");
         println!("\t\t\tport_lmc:\t\t0x00");
         println!("\t\t\tlink_layer:\t\tEthernet");
+        // Who else uses the interface through ferroce (processes sharing it, their QPs).
+        if let Ok(u) = ferroce::link::share::users(i.index) {
+            println!("\t\t\tferroce_processes:\t{}", u.processes);
+            println!("\t\t\tferroce_qps:\t\t{}", u.qps);
+        }
         if a.verbose {
             for e in d.gids().entries() {
                 println!("\t\t\tGID[{:>3}]:\t\t{}, RoCE v2", e.index, e.gid);

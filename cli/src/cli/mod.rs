@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 mod decode;
 mod devices;
 mod exec;
+mod mesh;
 mod ops;
 mod perf;
 mod pingpong;
@@ -39,6 +40,8 @@ pub enum Command {
     Demo(ops::DemoArgs),
     /// List RoCE devices (Ethernet interfaces with an address), like ibv_devices.
     Devices,
+    /// One rank of an all-to-all RC test among processes sharing an interface, checked.
+    Mesh(mesh::MeshArgs),
     /// Show device and port attributes, like ibv_devinfo.
     Devinfo(devices::DevinfoArgs),
     /// Run an unmodified RDMA program (ibv_rc_pingpong, ib_write_bw, ...) on ferroce's libibverbs.
@@ -113,6 +116,21 @@ fn print_stats(ctx: &ferroce::verbs::Context) {
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     eprintln!("link: {}", ctx.link_io());
+    if let Some(u) = ctx.link_users() {
+        let blocks: Vec<String> = ctx
+            .qpn_blocks()
+            .unwrap_or_default()
+            .iter()
+            .map(|b| format!("{:#06x}", b))
+            .collect();
+        eprintln!(
+            "interface users: processes={} qps={} (this process: pid={} qpn_blocks={})",
+            u.processes,
+            u.qps,
+            std::process::id(),
+            blocks.join(",")
+        );
+    }
     eprintln!("counters: {}", c.join(" "));
 }
 
@@ -145,5 +163,6 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Devices => devices::devices(),
         Command::Devinfo(a) => devices::devinfo(a),
         Command::Exec(a) => exec::run(a),
+        Command::Mesh(a) => mesh::run(a),
     }
 }
