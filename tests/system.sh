@@ -7,7 +7,10 @@
 #   libibverbs  unmodified ibverbs-utils and perftest binaries on ferroce's libibverbs.so.1
 #           (`ferroce exec`) between two network namespaces over veth, on this host
 #           (tests/netns/libibverbs.sh); then rdma-core's own test suite on it
-#           (tests/rdma_core/run.sh)
+#           (tests/rdma_core/run.sh); then many processes on one interface: server and
+#           client on one veth end and on lo (ferroce's tools and, on the library, Debian's
+#           ib_write_bw, ib_send_lat, ibv_rc_pingpong), an 8-process all-to-all mesh with
+#           one SIGKILLed, and what is left behind (tests/netns/many_procs.sh)
 #   dcqcn   two ferroce flows through a router namespace's htb + RED ECN bottleneck, DCQCN
 #           on and off: utilisation, fairness, marks not drops (tests/dcqcn/run.sh)
 #   interop ferroce <-> Linux rxe with rdma-core's ibv_*_pingpong, both roles, sizes, MTUs,
@@ -76,6 +79,8 @@ if (cd "$root" && cargo build --release --quiet -p ferroce-ibverbs --lib); then
   OUT=$out bash "$here/netns/libibverbs.sh" "$bin" | tee "$out/libibverbs.txt"
   echo "[system] rdma-core's own test suite on ferroce's libibverbs"
   OUT=$out bash "$here/rdma_core/run.sh" "$bin" | tee "$out/rdma-core.txt"
+  echo "[system] many processes on one interface (veth and lo), 8-rank mesh with a SIGKILL"
+  OUT=$out bash "$here/netns/many_procs.sh" "$bin" | tee "$out/many-procs.txt"
 else
   echo "FAIL libibverbs: cargo build --release -p ferroce-ibverbs failed" | tee "$out/libibverbs.txt"
 fi
