@@ -3,7 +3,8 @@
 # against a ferroce device: a veth end with an address in its own namespace, the suite's
 # Python process on ferroce's libibverbs through `ferroce exec`. Prints a table per test
 # module (passed / failed / skipped), then PASS/FAIL per module that ran a test, and
-# "rdma-core: N passed, M failed" (modules); exit 0 iff no test failed.
+# "rdma-core: N passed, M failed" (modules); exit 0 iff no test failed. Every test's
+# outcome goes to $OUT/rdma-core/results.json (table.py --compare reads it beside rxe's).
 #   tests/rdma_core/run.sh [FERROCE_BINARY]        (needs root: namespaces, veth)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -28,7 +29,7 @@ ip -n $NS link set rc0 up; ip -n $NS link set lo up; ip link set rc-host up
 for _ in $(seq 1 50); do ip -n $NS -6 addr show dev rc0 | grep -q 'scope link' && ! ip -n $NS -6 addr show dev rc0 | grep -q tentative && break; sleep 0.1; done
 gid=$(ip netns exec $NS "$F" devinfo -d rc0 -v 2>/dev/null | sed -n 's/.*GID\[ *\([0-9]*\)\]:.*::ffff:10\.92\.0\.1,.*/\1/p' | head -1)
 ip netns exec $NS timeout 900 "$F" exec -- /usr/bin/python3 "$here/table.py" "$out/tests" --dev rc0 --gid "${gid:-1}" \
-  >"$out/table.txt" 2>"$out/stderr.txt"
+  --json "$out/results.json" >"$out/table.txt" 2>"$out/stderr.txt"
 rc=$?
 cat "$out/table.txt"
 pass=$(grep -c '^PASS ' "$out/table.txt"); fail=$(grep -c '^FAIL ' "$out/table.txt")
