@@ -1,7 +1,8 @@
 #!/bin/bash
 # Guest side of tests/system.sh: runs inside the rxe VM the parts the host cannot.
 #   guest.sh TESTS_DIR FERROCE_BINARY MODE PARTS [LIBDIR]
-#     PARTS: "interop", "netns", "dcqcn", comma-separated
+#     PARTS: "interop", "netns", "dcqcn", comma-separated; "rdmacore" runs only interop's
+#       last step (rdma-core's test suite on rxe and ferroce, rxe_rdma_core.sh)
 #     LIBDIR: the directory holding the libibverbs.so.1 that interop's programs run on
 #       through `ferroce exec` (FERROCE_LIBDIR); without it, the library next to
 #       FERROCE_BINARY, whose ferroce-lib/ symlink must exist already (/ is read-only here)
@@ -33,5 +34,9 @@ case ",$PARTS," in *,interop,*)
   bash "$tests/interop/rxe_perftest.sh" "$F" "$MODE" || rc=1
   echo "===== rxe-libibverbs: the same rdma-core programs on ferroce's libibverbs and on rxe ====="
   FERROCE_LIBDIR=$LIBDIR bash "$tests/interop/rxe_libibverbs.sh" "$F" "$MODE" || rc=1 ;;
+esac
+case ",$PARTS," in *,interop,*|*,rdmacore,*)
+  echo "===== rdma-core-rxe: rdma-core's test suite on rxe and on ferroce's libibverbs ====="
+  FERROCE_LIBDIR=$LIBDIR bash "$tests/interop/rxe_rdma_core.sh" "$F" || rc=1 ;;
 esac
 exit $rc
