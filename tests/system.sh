@@ -17,7 +17,9 @@
 #           and 1% loss (tests/interop/rxe_pingpong.sh); `ferroce perf` <-> perftest's
 #           ib_*_bw / ib_*_lat, both roles (tests/interop/rxe_perftest.sh); the same
 #           ibv_*_pingpong and perftest binaries on both sides, on ferroce's libibverbs
-#           (`ferroce exec`) and on rxe, both roles (tests/interop/rxe_libibverbs.sh)
+#           (`ferroce exec`) and on rxe, both roles (tests/interop/rxe_libibverbs.sh);
+#           rdma-core's own test suite on rxe and on ferroce's libibverbs, side by side:
+#           a FAIL where a test passes on rxe and fails on ferroce (tests/interop/rxe_rdma_core.sh)
 # Each runs on this host when its kernel has what it needs (netem; sch_red; rdma_rxe) and otherwise
 # inside the rxe VM (Debian's Linux 6.1 under qemu, TCG when there is no KVM), where both
 # share one boot.
@@ -97,6 +99,7 @@ if host_has_rxe; then
   RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_pingpong.sh" "$bin" "$mode" | tee "$out/interop.txt"
   RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_perftest.sh" "$bin" "$mode" | tee "$out/perftest.txt"
   FERROCE_LIBDIR=$libdir RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_libibverbs.sh" "$bin" "$mode" | tee "$out/rxe-libibverbs.txt"
+  FERROCE_LIBDIR=$libdir RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_rdma_core.sh" "$bin" | tee "$out/rdma-core-rxe.txt"
   cleanup
 else
   echo "[system] this kernel has no rdma_rxe: interop tests go to the VM"; vm_parts="${vm_parts:+$vm_parts,}interop"
@@ -106,7 +109,7 @@ if [ -n "$vm_parts" ]; then
   t0=$(date +%s)
   "$here/interop/rxe-vm/run.sh" --timeout 3000 "$here/interop/guest.sh" "$out/vm" "$here" "$bin" "$mode" "$vm_parts" "$libdir" >"$out/vm.log" 2>&1
   echo "[system] VM run: exit $?, $(( $(date +%s) - t0 )) s"
-  grep -E '^(=====|PASS|FAIL|    |interop:|netns:|perftest:|rxe-libibverbs:|dcqcn:|rxe0|tc |counters:)' "$out/vm/console.log" | tee "$out/vm.txt"
+  grep -E '^(=====|PASS|FAIL|    |interop:|netns:|perftest:|rxe-libibverbs:|rdma-core-rxe:|\||dcqcn:|rxe0|tc |counters:)' "$out/vm/console.log" | tee "$out/vm.txt"
 fi
 passed=$(cat "$out"/*.txt 2>/dev/null | grep -cE '^PASS ')
 failed=$(cat "$out"/*.txt 2>/dev/null | grep -cE '^FAIL ')
