@@ -20,10 +20,13 @@
 # (so > 1 is ferroce ahead everywhere). Each figure is the median of $REPEAT runs (default
 # 3; the VM's figures swing by up to 2x between runs). Logs: target/bench/.
 #   memory  resident memory with 1, 100 and 10,000 QP pairs open (examples/qp_memory.rs).
+#   pairs   natively: aggregate `ferroce perf write-bw` (64 KiB, -D $DURATION s) of 1, 2 and 4
+#           process pairs at once on one veth pair (all servers on one end, all clients on
+#           the other), for each MTU in $MTUS: what sharing an interface costs.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 what=${1:-all}
-case $what in vm|host|memory|all) ;; *) echo "usage: scripts/bench.sh [vm|host|memory|all]" >&2; exit 2 ;; esac
+case $what in vm|host|memory|pairs|all) ;; *) echo "usage: scripts/bench.sh [vm|host|memory|pairs|all]" >&2; exit 2 ;; esac
 if [ "$what" = memory ] || [ "$what" = all ]; then
   echo "[bench] resident memory per QP (in-memory wire, no privileges needed)"
   (cd "$root" && cargo run --release --quiet -p ferroce --example qp_memory -- 1 100 10000) || exit 1
@@ -69,6 +72,70 @@ table() {
       }
     }' "$2"
 }
+
+if [ "$what" = pairs ]; then
+  echo "[bench] natively: 1, 2 and 4 ferroce perf write-bw pairs at once on one veth pair"
+  cleanup() { ip netns del pa 2>/dev/null; ip netns del pb 2>/dev/null; true; }
+  cleanup; trap cleanup EXIT
+  res=$out/pairs-results.txt; : >"$res"; mkdir -p "$out/pairs"
+  for MTU in $MTUS; do
+    ip netns add pa; ip netns add pb
+    ip link add vpa mtu "$MTU" netns pa type veth peer name vpb mtu "$MTU" netns pb
+    ip -n pa addr add 10.79.0.1/24 dev vpa; ip -n pb addr add 10.79.0.2/24 dev vpb
+    for n in pa pb; do ip -n $n link set lo up; done
+    ip -n pa link set vpa up; ip -n pb link set vpb up
+    for rep in $(seq 1 "$REPEAT"); do
+      for n in 1 2 4; do
+        pids=()
+        for i in $(seq 1 $n); do
+          ip netns exec pb "$F" perf write-bw -d vpb -s 65536 -D "$DURATION" --report_gbits -p $((18700 + i)) \
+            >"$out/pairs/$MTU-$n-$i-$rep.server" 2>&1 &
+          pids+=($!)
+        done
+        for i in $(seq 1 $n); do
+          for _ in $(seq 1 100); do ip netns exec pb ss -ltn | grep -q ":$((18700 + i))\b" && break; sleep 0.05; done
+        done
+        for i in $(seq 1 $n); do
+          ip netns exec pa "$F" perf write-bw -d vpa -s 65536 -D "$DURATION" --report_gbits -p $((18700 + i)) 10.79.0.2 \
+            >"$out/pairs/$MTU-$n-$i-$rep.client" 2>&1 &
+          pids+=($!)
+        done
+        wait "${pids[@]}"
+        total=0 got=0
+        for i in $(seq 1 $n); do
+          bw=$(awk '/^ #bytes/ { getline; print $4; exit }' "$out/pairs/$MTU-$n-$i-$rep.client")
+          [ -n "$bw" ] && got=$((got + 1)) && total=$(awk -v a="$total" -v b="$bw" 'BEGIN { print a + b }')
+        done
+        [ "$got" = "$n" ] || total=FAILED
+        echo "PAIRS $MTU $n $total" | tee -a "$res"
+      done
+    done
+    cleanup
+  done
+  echo
+  echo "Natively on this host on $(date +%F): $machine; 64 KiB RDMA WRITE, ${DURATION} s, median of $REPEAT"
+  awk '
+    $1 == "PAIRS" && $4 != "FAILED" { k = $2 " " $3; n[k]++; v[k, n[k]] = $4 + 0; mtus[$2] = 1 }
+    $1 == "PAIRS" && $4 == "FAILED" { failed[$2 " " $3]++ }
+    function median(k,   m, i, j, t, a) {
+      m = n[k]; if (m == 0) return 0
+      for (i = 1; i <= m; i++) a[i] = v[k, i]
+      for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+      return (m % 2) ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
+    }
+    END {
+      print "| MTU   | pairs | aggregate Gb/s | per pair Gb/s | total / 1 pair | failed runs |"
+      print "|-------|-------|----------------|---------------|----------------|-------------|"
+      for (m in mtus) {
+        one = median(m " 1")
+        for (p = 1; p <= 4; p *= 2) {
+          t = median(m " " p)
+          printf "| %-5s | %-5d | %-14.3g | %-13.3g | %-14s | %-11d |\n", m, p, t, t / p, (one > 0 ? sprintf("%.2fx", t / one) : "-"), failed[m " " p] + 0
+        }
+      }
+    }' "$res" | tee "$out/pairs-table.md"
+  exit 0
+fi
 
 if [ "$what" != host ]; then
   rm -rf "$out/vm" "$out"/vm-* "$out/vm.log"

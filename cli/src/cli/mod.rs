@@ -38,7 +38,7 @@ pub enum Command {
     Perf(Box<perf::PerfCommand>),
     /// Live demo without privileges: two devices on an in-memory wire run every RC operation.
     Demo(ops::DemoArgs),
-    /// List RoCE devices (Ethernet interfaces with an address), like ibv_devices.
+    /// List RoCE devices (Ethernet interfaces with an address, then lo), like ibv_devices.
     Devices,
     /// One rank of an all-to-all RC test among processes sharing an interface, checked.
     Mesh(mesh::MeshArgs),
