@@ -54,6 +54,9 @@ fn device_attr(c: &Ctx) -> ibv_device_attr {
     a
 }
 
+/// Slots of the GID table a port reports.
+const GID_TABLE_SLOTS: usize = 16;
+
 fn port_attr(c: &Ctx) -> ibv_port_attr {
     let attr = c.inner.attr();
     // SAFETY: plain C data; zero is valid for every field.
@@ -61,7 +64,10 @@ fn port_attr(c: &Ctx) -> ibv_port_attr {
     p.state = IBV_PORT_ACTIVE;
     p.max_mtu = IBV_MTU_4096;
     p.active_mtu = attr.active_mtu as u32;
-    p.gid_tbl_len = attr.gids.entries().len().max(1) as c_int;
+    // A sparse table, as on rxe (1024 slots) and RoCE NICs: the interface's addresses
+    // first, the rest empty (ibv_query_gid reads the zero GID there, ibv_query_gid_ex
+    // ENODATA), so programs and rdma-core's tests can tell a free index from a used one.
+    p.gid_tbl_len = attr.gids.entries().len().max(GID_TABLE_SLOTS) as c_int;
     p.port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_DEVICE_MGMT_SUP | IBV_PORT_VENDOR_CLASS_SUP;
     p.max_msg_sz = 1 << 31;
     p.pkey_tbl_len = 1;
