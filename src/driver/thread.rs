@@ -11,8 +11,12 @@ use super::{Shared, RX_BATCH, TX_BATCH};
 /// How long the driver keeps looking for work after the last activity before it sleeps.
 const BUSY_POLL: Duration = Duration::from_micros(50);
 /// How often the driver looks at the link while API threads poll it (in case they stop
-/// without saying so).
+/// without saying so), at most and at least: the nap halves each time it ends with frames
+/// the API threads left in the link (they were not receiving: perftest's WRITE latency
+/// test spins on its buffer, not on a CQ), and doubles back each time it ends with the
+/// link empty (they were).
 const APP_POLL_RECHECK: Duration = Duration::from_millis(1);
+const APP_POLL_RECHECK_MIN: Duration = Duration::from_micros(20);
 
 pub(super) fn run(s: &Shared) {
     let span = tracing::info_span!("driver");
@@ -21,8 +25,11 @@ pub(super) fn run(s: &Shared) {
     let fds = [s.io.link.fd(), waker, timer];
     let mut last_activity = std::time::Instant::now();
     let mut seen_polls = 0;
+    let mut nap = APP_POLL_RECHECK;
+    let mut napped = false;
     while !s.wake.stopping() {
         let mut progressed = false;
+        let mut received = 0;
 
         // Receive: each batch is handed to the transport under one lock, and whatever it
         // answers (ACKs, read responses) goes out before the next batch.
@@ -30,11 +37,20 @@ pub(super) fn run(s: &Shared) {
             let mut rx = s.io.rx.lock().unwrap_or_else(|p| p.into_inner());
             loop {
                 let n = s.receive(&mut rx, false);
+                received += n;
                 progressed |= n > 0;
                 if n < RX_BATCH {
                     break;
                 }
             }
+        }
+
+        if std::mem::take(&mut napped) {
+            nap = if received > 0 {
+                (nap / 2).max(APP_POLL_RECHECK_MIN)
+            } else {
+                (nap * 2).min(APP_POLL_RECHECK)
+            };
         }
 
         // Timers and transmit.
@@ -68,9 +84,7 @@ pub(super) fn run(s: &Shared) {
             continue;
         }
         let next = ep.poll_timeout().map_or(u64::MAX, |t| t.as_nanos());
-        let nap_end = now
-            .as_nanos()
-            .saturating_add(APP_POLL_RECHECK.as_nanos() as u64);
+        let nap_end = now.as_nanos().saturating_add(nap.as_nanos() as u64);
         if app && next >= nap_end {
             // The nap ends before the timer is due: no need to arm it (a system call).
             s.wake.planned_wakeup.store(nap_end, Ordering::SeqCst);
@@ -83,7 +97,8 @@ pub(super) fn run(s: &Shared) {
         // While API threads poll the link, the driver sleeps on its timer and wake-ups only
         // (a frame would otherwise wake two threads), looking again now and then.
         let ready = if app {
-            poll_readable(&fds[1..], Some(APP_POLL_RECHECK))
+            napped = true;
+            poll_readable(&fds[1..], Some(nap))
         } else {
             poll_readable(&fds, None).map(|r| r >> 1)
         };

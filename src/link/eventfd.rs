@@ -84,13 +84,24 @@ pub fn poll_readable(fds: &[RawFd], timeout: Option<std::time::Duration>) -> io:
             revents: 0,
         })
         .collect();
-    let ms = match timeout {
-        None => -1,
-        // Round up so that a 10 µs timer does not become a busy 0 ms poll loop.
-        Some(t) => i32::try_from(t.as_micros().div_ceil(1000)).unwrap_or(i32::MAX),
+    // ppoll: microsecond timeouts stay microseconds (poll(2) counts milliseconds).
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `pfds` is a valid array of pollfd of the given length for the whole call;
+    // `tsp` is NULL or points to `ts`, alive until the call returns; no signal mask.
+    let ret = unsafe {
+        libc::ppoll(
+            pfds.as_mut_ptr(),
+            pfds.len() as libc::nfds_t,
+            tsp,
+            std::ptr::null(),
+        )
     };
-    // SAFETY: `pfds` is a valid array of pollfd of the given length for the whole call.
-    let ret = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
     if ret < 0 {
         let e = io::Error::last_os_error();
         if e.kind() != io::ErrorKind::Interrupted {
