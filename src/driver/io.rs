@@ -224,21 +224,10 @@ impl Shared {
         let mut no_neighbour = 0;
         let out = self.io.link.send_each(&mut tx, max, &mut |slot| {
             let t = ep.poll_transmit(now, &mut slot[14..])?;
+            // To this host: frames for this process's own QPs go straight back to the
+            // transport; those for another process's go to the interface's own MAC
+            // address, where its socket sees them go out (or, on lo, come back in).
             let local = self.io.local.contains(&t.dst);
-            if local && ep.has_qp(t.dst_qpn) {
-                let eth = EthernetRepr {
-                    src,
-                    dst: src,
-                    vlan: None,
-                };
-                if eth.emit(&mut slot[..14], t.dst.is_ipv6()).is_ok() {
-                    self.recorder.record(&slot[..14 + t.len]);
-                }
-                relock(&self.io.loopback).push_back(slot[14..14 + t.len].to_vec());
-                return Some(0);
-            }
-            // To another process on this host: sent to the interface's own MAC address,
-            // where that process's socket sees it go out (or, on lo, come back in).
             let dst = if local {
                 Some(&src)
             } else {
@@ -258,6 +247,10 @@ impl Shared {
                 return Some(0);
             }
             self.recorder.record(&slot[..14 + t.len]);
+            if local && ep.has_qp(t.dst_qpn) {
+                relock(&self.io.loopback).push_back(slot[14..14 + t.len].to_vec());
+                return Some(0);
+            }
             Some(14 + t.len)
         });
         drop(neighbours);

@@ -182,35 +182,30 @@ impl Registry {
         quarantine_ms: u64,
         live: &dyn Fn(u64) -> bool,
     ) -> io::Result<Option<u16>> {
-        let slots = self.all()?;
-        for (b, s) in slots.iter().enumerate() {
+        let mut slots = self.all()?;
+        for (b, s) in slots.iter_mut().enumerate() {
             if s.state == State::Owned && !live(s.member) {
-                let q = Slot {
-                    state: State::Quarantined,
-                    since_ms: now_ms,
-                    qps: 0,
-                    ..*s
-                };
                 tracing::debug!(
                     block = b,
                     pid = s.pid,
                     "QPN block of a dead process quarantined"
                 );
-                self.write(b as u16, &q)?;
+                s.state = State::Quarantined;
+                s.since_ms = now_ms;
+                s.qps = 0;
+                self.write(b as u16, s)?;
             }
         }
-        let n = QPN_BLOCKS as usize;
+        let n = slots.len();
         for i in 0..n {
             let b = (usize::from(start) + i) % n;
-            if b == 0 {
-                continue;
-            }
-            let s = self.read(b as u16)?;
-            let usable = match s.state {
-                State::Free => true,
-                State::Owned => false,
-                State::Quarantined => now_ms.saturating_sub(s.since_ms) >= quarantine_ms,
-            };
+            let s = &slots[b];
+            let usable = b != 0
+                && match s.state {
+                    State::Free => true,
+                    State::Owned => false,
+                    State::Quarantined => now_ms.saturating_sub(s.since_ms) >= quarantine_ms,
+                };
             if usable {
                 let mine = Slot {
                     member: who.member,
