@@ -17,10 +17,19 @@ const BUSY_POLL: Duration = Duration::from_micros(50);
 /// link empty (they were).
 const APP_POLL_RECHECK: Duration = Duration::from_millis(1);
 const APP_POLL_RECHECK_MIN: Duration = Duration::from_micros(20);
+/// The time slice the driver asks for (see [`crate::link::sched`]): a frame's arrival then
+/// gets the driver a CPU within about this long, even where the application's threads
+/// spin on every CPU (perftest's WRITE latency test waits on its buffer, not on a CQ,
+/// and only the driver can store what it waits for).
+const DRIVER_SLICE: Duration = Duration::from_micros(100);
 
 pub(super) fn run(s: &Shared) {
     let span = tracing::info_span!("driver");
     let _enter = span.enter();
+    match crate::link::sched::request_slice(DRIVER_SLICE) {
+        Ok(set) => tracing::debug!(set, slice = ?DRIVER_SLICE, "driver time slice"),
+        Err(e) => tracing::debug!(error = %e, "no shorter time slice for the driver"),
+    }
     let [waker, timer] = s.wake.fds();
     let fds = [s.io.link.fd(), waker, timer];
     let mut last_activity = std::time::Instant::now();

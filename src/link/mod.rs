@@ -9,8 +9,8 @@
 //! address is not a link's job: see [`crate::net::neigh`].
 //!
 //! All `unsafe` of the library's I/O lives in this module's system-call wrappers
-//! (`af_packet`, `packet_ring`, `udp_guard`, `eventfd`, `timerfd`, `interface`), each block
-//! with its `// SAFETY:` argument.
+//! (`af_packet`, `packet_ring`, `udp_guard`, `eventfd`, `timerfd`, `interface`, `sched`),
+//! each block with its `// SAFETY:` argument.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -23,6 +23,7 @@ pub mod interface;
 mod memory;
 mod packet;
 pub mod packet_ring;
+pub mod sched;
 pub mod share;
 pub mod timerfd;
 pub mod udp_guard;
