@@ -95,6 +95,14 @@ impl AsyncEventSink for CtxEvents {
                 },
                 event_type: IBV_EVENT_CQ_ERR,
             }),
+            AsyncEvent::PortActive | AsyncEvent::PortErr => Some(ibv_async_event {
+                element: ibv_async_event__bindgen_ty_1 { port_num: 1 },
+                event_type: if event == AsyncEvent::PortActive {
+                    IBV_EVENT_PORT_ACTIVE
+                } else {
+                    IBV_EVENT_PORT_ERR
+                },
+            }),
         };
         if let Some(e) = c {
             relock(&self.queue).push_back(Raw(e));

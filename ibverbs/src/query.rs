@@ -61,7 +61,9 @@ fn port_attr(c: &Ctx) -> ibv_port_attr {
     let attr = c.inner.attr();
     // SAFETY: plain C data; zero is valid for every field.
     let mut p: ibv_port_attr = unsafe { std::mem::zeroed() };
-    p.state = IBV_PORT_ACTIVE;
+    // rxe's rule: ACTIVE while the netdev runs with carrier, DOWN otherwise.
+    let up = c.inner.port_active();
+    p.state = if up { IBV_PORT_ACTIVE } else { IBV_PORT_DOWN };
     p.max_mtu = IBV_MTU_4096;
     p.active_mtu = attr.active_mtu as u32;
     // A sparse table, as on rxe (1024 slots) and RoCE NICs: the interface's addresses
@@ -74,7 +76,7 @@ fn port_attr(c: &Ctx) -> ibv_port_attr {
     p.max_vl_num = 1;
     p.active_width = 1; // 1X
     p.active_speed = 1; // SDR: the link's real speed is the interface's
-    p.phys_state = 5; // LinkUp
+    p.phys_state = if up { 5 } else { 3 }; // LinkUp, Disabled (as rxe reports)
     p.link_layer = IBV_LINK_LAYER_ETHERNET as u8;
     let _ = MAX_INLINE;
     p

@@ -1,6 +1,9 @@
 //! Asynchronous events (a QP that failed by itself, a CQ that overflowed): taken from the
-//! transport wherever it may raise them and handed to every subscriber of the device.
+//! transport wherever it may raise them and handed to every subscriber of the device; and
+//! the port's own (its link went down or came up), raised by the driver thread when the
+//! link says its state changed.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use ferroce_transport::{AsyncEvent, Endpoint};
@@ -14,13 +17,21 @@ pub trait AsyncEventSink: Send + Sync {
     fn async_event(&self, event: AsyncEvent);
 }
 
-/// The subscribers; a leaf lock, taken with the endpoint locked.
-#[derive(Default)]
+/// The subscribers (a leaf lock, taken with the endpoint locked), and the port's state.
 pub(super) struct AsyncEvents {
     sinks: Mutex<Vec<Weak<dyn AsyncEventSink>>>,
+    /// The port is ACTIVE: its link is up (changed by the driver thread only).
+    port_up: AtomicBool,
 }
 
 impl AsyncEvents {
+    pub(super) fn new(port_up: bool) -> AsyncEvents {
+        AsyncEvents {
+            sinks: Mutex::default(),
+            port_up: AtomicBool::new(port_up),
+        }
+    }
+
     fn sinks(&self) -> MutexGuard<'_, Vec<Weak<dyn AsyncEventSink>>> {
         self.sinks.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -41,13 +52,38 @@ impl Shared {
         }
         let mut raised = Vec::new();
         ep.take_async_events(&mut raised);
+        self.broadcast(&raised);
+    }
+
+    /// Whether the port is ACTIVE (its link up, with carrier) as of the driver's last look.
+    pub fn port_active(&self) -> bool {
+        self.async_events.port_up.load(Ordering::Relaxed)
+    }
+
+    /// The link said its state may have changed: a change of the port's state raises
+    /// PORT_ACTIVE or PORT_ERR, as rxe does when its netdev comes up or goes down. QPs are
+    /// left as they are (their retries run out if the link stays down).
+    pub(super) fn check_port(&self) {
+        let up = self.io.link.is_up();
+        if self.async_events.port_up.swap(up, Ordering::Relaxed) != up {
+            tracing::info!(up, "port state changed");
+            self.broadcast(&[if up {
+                AsyncEvent::PortActive
+            } else {
+                AsyncEvent::PortErr
+            }]);
+        }
+    }
+
+    /// Hands `raised` to every subscriber.
+    fn broadcast(&self, raised: &[AsyncEvent]) {
         let sinks: Vec<_> = self
             .async_events
             .sinks()
             .iter()
             .filter_map(Weak::upgrade)
             .collect();
-        for e in raised {
+        for &e in raised {
             tracing::debug!(event = ?e, "asynchronous event");
             for s in &sinks {
                 s.async_event(e);

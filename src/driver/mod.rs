@@ -216,6 +216,7 @@ impl Driver {
             .iter()
             .map(|g| crate::net::gid::addr_of(*g))
             .collect();
+        let port_up = link.is_up();
         let shared = Arc::new(Shared {
             endpoint: Mutex::new(endpoint),
             io: LinkIo::new(link, resolver, RX_BATCH, TX_BATCH, local),
@@ -223,7 +224,7 @@ impl Driver {
             completions: CompletionSignal::new()?,
             recorder: Recorder::default(),
             cq_events: CqEvents::default(),
-            async_events: AsyncEvents::default(),
+            async_events: AsyncEvents::new(port_up),
             epoch: std::time::Instant::now(),
         });
         let s = shared.clone();

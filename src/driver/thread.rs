@@ -31,7 +31,9 @@ pub(super) fn run(s: &Shared) {
         Err(e) => tracing::debug!(error = %e, "no shorter time slice for the driver"),
     }
     let [waker, timer] = s.wake.fds();
-    let fds = [s.io.link.fd(), waker, timer];
+    // poll() skips a negative descriptor: a link whose state never changes.
+    let state = s.io.link.state_fd().unwrap_or(-1);
+    let fds = [s.io.link.fd(), waker, timer, state];
     let mut last_activity = std::time::Instant::now();
     let mut seen_polls = 0;
     let mut nap = APP_POLL_RECHECK;
@@ -119,6 +121,9 @@ pub(super) fn run(s: &Shared) {
             }
         };
         s.wake.drain(ready);
+        if ready & 0b100 != 0 {
+            s.check_port();
+        }
         let _held = s.endpoint();
         s.wake.planned_wakeup.store(0, Ordering::SeqCst);
         s.wake.driver_asleep.store(false, Ordering::Relaxed);

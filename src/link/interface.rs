@@ -16,7 +16,8 @@ pub struct Interface {
     pub mtu: u32,
     /// Addresses with their prefix lengths, in the kernel's order.
     pub addrs: Vec<(IpAddr, u8)>,
-    /// Administratively and operationally up.
+    /// Administratively and operationally up (running, with carrier): the IB port is
+    /// ACTIVE then, DOWN otherwise.
     pub up: bool,
     /// The loopback interface (`lo`): no MAC address, every frame sent comes back in.
     pub loopback: bool,
@@ -72,7 +73,7 @@ impl Interface {
                 mtu: mtu_of(&i.name),
                 mac: i.mac.map(|m| m.octets()).unwrap_or_default(),
                 addrs: i.ips.iter().map(|n| (n.ip(), n.prefix())).collect(),
-                up: i.is_up(),
+                up: i.is_up() && i.is_running(),
                 loopback: i.is_loopback(),
                 index: i.index,
                 name: i.name,

@@ -21,6 +21,7 @@ pub mod bpf;
 pub mod eventfd;
 pub mod interface;
 mod memory;
+pub mod oper_state;
 mod packet;
 pub mod packet_ring;
 pub mod sched;
@@ -59,6 +60,16 @@ pub trait Link: Send + Sync + 'static {
     }
     /// Tells other processes how many QPs this one has on the link.
     fn report_qps(&self, _qps: usize) {}
+    /// A descriptor that polls readable when the link may have gone up or down, or `None`
+    /// for a link whose state never changes (the in-memory one).
+    fn state_fd(&self) -> Option<RawFd> {
+        None
+    }
+    /// Whether the link carries frames (administratively up, with carrier), after reading
+    /// what changed since the last call.
+    fn is_up(&self) -> bool {
+        true
+    }
     /// How many processes and QPs use the link's interface, if it is shared.
     fn users(&self) -> Option<LinkUsers> {
         None

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::af_packet::{RawSocket, RingUse};
 use super::bpf::{roce_filter, FilterSpec};
 use super::interface::Interface;
+use super::oper_state::OperState;
 use super::packet_ring::Rings;
 use super::share::{LinkUsers, Share};
 use super::udp_guard::UdpGuard;
@@ -25,6 +26,9 @@ pub struct PacketLink {
     share: Option<Share>,
     /// Receive drops read so far (the kernel's counter resets on reading).
     rx_drops: AtomicU64,
+    /// The interface's state; `None` if rtnetlink could not be joined (the link then
+    /// counts as up, as before).
+    oper: Option<OperState>,
 }
 
 /// Why a real interface could not be opened for RoCE.
@@ -97,7 +101,11 @@ impl PacketLink {
                 Err(e) => tracing::warn!(%addr, error = %e, "cannot bind UDP 4791 guard"),
             }
         }
+        let oper = OperState::watch(&iface.name, iface.index)
+            .map_err(|e| tracing::warn!(error = %e, iface = %iface.name, "cannot watch the interface's state; its port stays ACTIVE"))
+            .ok();
         let link = PacketLink {
+            oper,
             iface,
             socket,
             _guards: guards,
@@ -124,6 +132,12 @@ fn filter_spec(iface: &Interface, share: Option<&Share>) -> FilterSpec {
 }
 
 impl Link for PacketLink {
+    fn state_fd(&self) -> Option<RawFd> {
+        self.oper.as_ref().map(OperState::fd)
+    }
+    fn is_up(&self) -> bool {
+        self.oper.as_ref().is_none_or(OperState::refresh)
+    }
     fn qpn_blocks(&self) -> Option<Vec<u16>> {
         self.share.as_ref().map(Share::blocks)
     }

@@ -223,6 +223,15 @@ impl Context {
         self.shared().poll_rx()
     }
 
+    /// Whether the port is ACTIVE: its interface is up with carrier. Changes raise
+    /// [`AsyncEvent::PortActive`] and [`AsyncEvent::PortErr`] to subscribers.
+    ///
+    /// [`AsyncEvent::PortActive`]: super::AsyncEvent::PortActive
+    /// [`AsyncEvent::PortErr`]: super::AsyncEvent::PortErr
+    pub fn port_active(&self) -> bool {
+        self.shared().port_active()
+    }
+
     /// A descriptor that polls readable once the driver signals completions after
     /// [`Context::req_notify`]: for `poll`/`epoll` loops and the C ABI's completion
     /// channels. [`Context::ack_notify`] resets it.

@@ -4,8 +4,9 @@
 # kernel RDMA module): ibv_devices and ibv_devinfo; ibv_rc_pingpong (sizes, -m 1024 and -m
 # 4096 at veth MTU 9000, -e, -c), ibv_uc/ud/srq_pingpong; perftest's ib_write_bw, ib_read_bw,
 # ib_send_bw (RC and UD), ib_atomic_bw, ib_write_lat, ib_read_lat, ib_send_lat; the
-# pingpong and ib_write_bw as nobody through a copy of ferroce given cap_net_raw+p. Then
-# what must fail cleanly: ibv_devices in a namespace without an interface (an empty list,
+# pingpong and ib_write_bw as nobody through a copy of ferroce given cap_net_raw+p; port
+# events (ibv_asyncwatch, ibv_devinfo) when the link goes down and up. Then what must fail
+# cleanly: ibv_devices in a namespace without an interface (an empty list,
 # exit 0), and ibv_rc_pingpong without CAP_NET_RAW (as nobody: one stderr line naming it).
 # Each server runs in fv-b (fv-b0, 10.89.0.2), each client in fv-a (fv-a0, 10.89.0.1).
 #   tests/netns/libibverbs.sh [FERROCE_BINARY]   (needs root: namespaces, veth, setpriv,
@@ -188,6 +189,35 @@ else
   pair nonroot-setcap-write_bw 18614 perftest -x ib_write_bw -F -s 65536 -n 100
   RUNAS=() FX=$F
 fi
+
+# --- port state and events: the link goes down and comes back --------------------------
+# Debian's ibv_asyncwatch on fv-a0 hears IBV_EVENT_PORT_ERR (10) when the veth's peer goes
+# down (fv-a0 loses its carrier) and then IBV_EVENT_PORT_ACTIVE (9) when it comes back, both
+# for port 1; ibv_devinfo shows the port PORT_DOWN in between and PORT_ACTIVE after.
+port_state() { in_ns $A 10 ibv_devinfo -d $IA | awk '$1 == "state:" { print $2; exit }'; }
+wait_state() { for _ in $(seq 1 50); do [ "$(port_state)" = "$1" ] && return 0; sleep 0.1; done; return 1; }
+e=$out/port-events
+in_ns $A 30 stdbuf -oL ibv_asyncwatch -d $IA >"$e.watch" 2>&1 &
+wp=$!
+for _ in $(seq 1 100); do grep -q 'async event FD' "$e.watch" && break; sleep 0.05; done
+before=$(port_state)
+ip -n $B link set $IB down
+wait_state PORT_DOWN; down=$(port_state)
+ip -n $B link set $IB up
+wait_state PORT_ACTIVE; after=$(port_state)
+for _ in $(seq 1 50); do grep -q '(9), port 1' "$e.watch" && break; sleep 0.1; done
+kill $wp 2>/dev/null; wait $wp 2>/dev/null
+events=$(grep -o 'event_type .*' "$e.watch" | tr '\n' ';')
+order=$(grep -oE '\((9|10)\), port 1' "$e.watch" | tr -d '\n')
+if [ "$before/$down/$after" = PORT_ACTIVE/PORT_DOWN/PORT_ACTIVE ] && [ "$order" = "(10), port 1(9), port 1" ]; then
+  ok port-events "states $before/$down/$after, events $events"
+else
+  ko port-events "states $before/$down/$after (expected PORT_ACTIVE/PORT_DOWN/PORT_ACTIVE), events '$events' (expected PORT_ERR then PORT_ACTIVE, port 1)" "$e.watch"
+fi
+# The link is back: traffic flows again (once the link-local addresses, removed and added
+# again, are settled: the GID indexes are those read at the start).
+for _ in $(seq 1 100); do settled $A $IA && settled $B $IB && break; sleep 0.1; done
+pair rc-after-port-events 18541 pingpong -g ibv_rc_pingpong -c -s 4096 -n 100
 
 # --- what must fail cleanly -------------------------------------------------------------
 # No usable interface (only lo, down): the header and no device, exit 0.

@@ -544,6 +544,13 @@ pub enum AsyncEvent {
     QpFatal(u32),
     /// A completion queue overflowed: completions were lost (`IBV_EVENT_CQ_ERR`).
     CqErr(CqId),
+    /// The port's link came up (`IBV_EVENT_PORT_ACTIVE`). Raised by the layer that owns
+    /// the link, never by the transport.
+    PortActive,
+    /// The port's link went down (`IBV_EVENT_PORT_ERR`); raised like [`PortActive`].
+    ///
+    /// [`PortActive`]: AsyncEvent::PortActive
+    PortErr,
 }
 
 #[cfg(test)]

@@ -1,0 +1,185 @@
+//! Whether an interface can carry frames (administratively up, with carrier), watched
+//! over rtnetlink: the state of the IB port ferroce makes of the interface, and what raises
+//! its PORT_ACTIVE / PORT_ERR events.
+//!
+//! rxe does the same from the kernel's netdev notifier: its port is ACTIVE while the
+//! netdev runs with carrier, DOWN otherwise, with an event at each change.
+
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use netlink_packet_core::{NetlinkMessage, NetlinkPayload};
+use netlink_packet_route::link::LinkFlags;
+use netlink_packet_route::RouteNetlinkMessage;
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr as NlAddr};
+
+/// rtnetlink's multicast group of link changes (`RTNLGRP_LINK`).
+const RTNLGRP_LINK: u32 = 1;
+
+/// One interface's operational state, kept current from the kernel's notifications.
+#[derive(Debug)]
+pub struct OperState {
+    socket: Socket,
+    index: u32,
+    name: String,
+    up: AtomicBool,
+}
+
+impl OperState {
+    /// Watches interface `name` (index `index`). Subscribes before it reads the current
+    /// state, so no change between the two is missed.
+    pub fn watch(name: &str, index: u32) -> io::Result<OperState> {
+        let mut socket = Socket::new(NETLINK_ROUTE)?;
+        socket.bind(&NlAddr::new(0, 0))?;
+        socket.add_membership(RTNLGRP_LINK)?;
+        socket.set_non_blocking(true)?;
+        let w = OperState {
+            socket,
+            index,
+            name: name.to_string(),
+            up: AtomicBool::new(false),
+        };
+        w.up.store(w.read_now(), Ordering::Relaxed);
+        Ok(w)
+    }
+
+    /// The descriptor that polls readable when a notification is queued.
+    pub fn fd(&self) -> RawFd {
+        self.socket.as_raw_fd()
+    }
+
+    /// Whether the interface is up, as of the last notification read.
+    pub fn is_up(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    /// Reads the queued notifications and returns the interface's state after them.
+    pub fn refresh(&self) -> bool {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            buf.clear();
+            match self.socket.recv(&mut buf, libc::MSG_DONTWAIT) {
+                Ok(0) => break,
+                Ok(_) => {
+                    if let Some(up) = self.state_in(&buf) {
+                        self.up.store(up, Ordering::Relaxed);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // ENOBUFS: notifications were lost; the kernel's state is the truth.
+                    tracing::debug!(error = %e, "link notifications lost; reading the state");
+                    self.up.store(self.read_now(), Ordering::Relaxed);
+                }
+            }
+        }
+        self.is_up()
+    }
+
+    /// The state our interface has in the last of the messages in `data`, if any is ours.
+    fn state_in(&self, data: &[u8]) -> Option<bool> {
+        let mut state = None;
+        let mut at = 0;
+        while at < data.len() {
+            let Ok(msg) = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&data[at..]) else {
+                break;
+            };
+            let len = msg.header.length as usize;
+            match msg.payload {
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(l))
+                    if l.header.index == self.index =>
+                {
+                    let f = l.header.flags;
+                    state = Some(f.contains(LinkFlags::Up) && f.contains(LinkFlags::Running));
+                }
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelLink(l))
+                    if l.header.index == self.index =>
+                {
+                    state = Some(false);
+                }
+                _ => {}
+            }
+            // Messages are 4-byte aligned.
+            let step = (len + 3) & !3;
+            if step == 0 {
+                break;
+            }
+            at += step;
+        }
+        state
+    }
+
+    /// The state the kernel reports now (sysfs): up with carrier.
+    fn read_now(&self) -> bool {
+        let read = |f: &str| std::fs::read_to_string(format!("/sys/class/net/{}/{f}", self.name));
+        let admin_up = read("flags")
+            .ok()
+            .and_then(|s| u32::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok())
+            .is_some_and(|f| f & libc::IFF_UP as u32 != 0);
+        // `carrier` reads EINVAL while the interface is administratively down.
+        admin_up && read("carrier").is_ok_and(|s| s.trim() == "1")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netlink_packet_core::NetlinkHeader;
+    use netlink_packet_route::link::LinkMessage;
+
+    fn notification(index: u32, flags: LinkFlags, del: bool) -> Vec<u8> {
+        let mut l = LinkMessage::default();
+        l.header.index = index;
+        l.header.flags = flags;
+        let inner = if del {
+            RouteNetlinkMessage::DelLink(l)
+        } else {
+            RouteNetlinkMessage::NewLink(l)
+        };
+        let mut m = NetlinkMessage::new(NetlinkHeader::default(), NetlinkPayload::from(inner));
+        m.finalize();
+        let mut buf = vec![0; m.header.length as usize];
+        m.serialize(&mut buf);
+        buf
+    }
+
+    #[test]
+    fn lo_is_up_and_an_unknown_interface_is_not() {
+        let lo = OperState::watch("lo", 1).expect("rtnetlink");
+        assert!(lo.is_up(), "lo is up wherever the tests run");
+        assert!(lo.refresh(), "no notification: no change");
+        let none = OperState::watch("ferroce-no-such-if", u32::MAX).expect("rtnetlink");
+        assert!(!none.is_up());
+    }
+
+    #[test]
+    fn notifications_about_our_interface_set_the_state_and_the_last_one_wins() {
+        let w = OperState::watch("lo", 7).expect("rtnetlink");
+        let up = LinkFlags::Up | LinkFlags::Running | LinkFlags::LowerUp;
+        assert_eq!(w.state_in(&notification(7, up, false)), Some(true));
+        // Administratively up without carrier (a veth whose peer is down): not active.
+        assert_eq!(
+            w.state_in(&notification(7, LinkFlags::Up, false)),
+            Some(false)
+        );
+        assert_eq!(
+            w.state_in(&notification(7, up, true)),
+            Some(false),
+            "deleted"
+        );
+        assert_eq!(
+            w.state_in(&notification(8, up, false)),
+            None,
+            "another interface"
+        );
+        let mut two = notification(7, LinkFlags::Up, false);
+        two.extend(notification(8, LinkFlags::empty(), false));
+        two.extend(notification(7, up, false));
+        assert_eq!(w.state_in(&two), Some(true));
+        // Garbage from the socket is not a state.
+        assert_eq!(w.state_in(&[0xff; 7]), None);
+        assert_eq!(w.state_in(&[]), None);
+    }
+}
