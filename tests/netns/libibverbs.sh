@@ -3,7 +3,8 @@
 # `ferroce exec`, between two network namespaces joined by a veth pair on this host (no
 # kernel RDMA module): ibv_devices and ibv_devinfo; ibv_rc_pingpong (sizes, -m 1024 and -m
 # 4096 at veth MTU 9000, -e, -c), ibv_uc/ud/srq_pingpong; perftest's ib_write_bw, ib_read_bw,
-# ib_send_bw (RC and UD), ib_atomic_bw, ib_write_lat, ib_read_lat, ib_send_lat; the
+# ib_send_bw (RC and UD), ib_atomic_bw, ib_write_lat, ib_read_lat, ib_send_lat,
+# ib_atomic_lat (fetch-and-add, compare-and-swap); the
 # pingpong and ib_write_bw as nobody through a copy of ferroce given cap_net_raw+p; port
 # events (ibv_asyncwatch, ibv_devinfo) when the link goes down and up. Then what must fail
 # cleanly: ibv_devices in a namespace without an interface (an empty list,
@@ -168,6 +169,8 @@ pair write_lat-s4096 18609 perftest -x ib_write_lat -F -s 4096 -n 200
 pair read_lat-s64 18610 perftest -x ib_read_lat -F -s 64 -n 200
 pair send_lat-s64 18611 perftest -x ib_send_lat -F -s 64 -n 200
 pair send_lat-ud-s512 18612 perftest -x ib_send_lat -F -c UD -s 512 -n 200
+pair atomic_lat-fadd 18615 perftest -x ib_atomic_lat -F -n 200
+pair atomic_lat-cmp_swap 18616 perftest -x ib_atomic_lat -F -A CMP_AND_SWAP -n 200
 
 # --- veth MTU 9000: RoCE MTU 4096 ----------------------------------------------------
 ip -n $A link set $IA mtu 9000; ip -n $B link set $IB mtu 9000
