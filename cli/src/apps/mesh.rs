@@ -141,21 +141,29 @@ impl Card {
         )
     }
 
-    fn decode(s: &str) -> Option<Card> {
+    /// The card of a mesh of `ranks` processes; `None` unless every field is there and in
+    /// range (a card is another process's file: a short QP list must not index out of
+    /// bounds, a value too wide must not be truncated into a valid-looking one).
+    fn decode(s: &str, ranks: usize) -> Option<Card> {
         let field = |name: &str| {
             s.lines()
                 .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ').map(str::to_string))
         };
         let hex = |v: &str| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok();
+        let bits24 = |v: u64| (v < 1 << 24).then_some(v as u32);
+        let qpns = field("qpns")?
+            .split_whitespace()
+            .map(|q| hex(q).and_then(bits24))
+            .collect::<Option<Vec<u32>>>()?;
+        if qpns.len() != ranks {
+            return None;
+        }
         Some(Card {
             gid: field("gid")?.parse().ok()?,
-            psn: hex(&field("psn")?)? as u32,
-            rkey: hex(&field("rkey")?)? as u32,
+            psn: hex(&field("psn")?).and_then(bits24)?,
+            rkey: u32::try_from(hex(&field("rkey")?)?).ok()?,
             addr: hex(&field("addr")?)?,
-            qpns: field("qpns")?
-                .split_whitespace()
-                .map(|q| hex(q).map(|v| v as u32))
-                .collect::<Option<Vec<u32>>>()?,
+            qpns,
         })
     }
 }
@@ -263,7 +271,12 @@ pub fn run(ctx: &Context, o: &Options, out: &mut dyn Write) -> Result<Vec<PeerOu
         .iter()
         .enumerate()
         .map(|(r, s)| {
-            Card::decode(s).ok_or_else(|| MeshError::Other(format!("rank {r}'s card is malformed")))
+            Card::decode(s, n).ok_or_else(|| {
+                MeshError::Other(format!(
+                    "rank {r}'s card in {} is malformed (is another mesh of a different size using the directory?)",
+                    o.dir.display()
+                ))
+            })
         })
         .collect::<Result<_, _>>()?;
     let mut by_qpn = HashMap::new();
@@ -451,8 +464,35 @@ mod tests {
             addr: 0x7f00_0000_1000,
             qpns: vec![0, 0x12_3456, 0xff_ffff],
         };
-        assert_eq!(Card::decode(&c.encode()), Some(c));
-        assert_eq!(Card::decode("gid ::1\npsn 1\n"), None);
+        assert_eq!(Card::decode(&c.encode(), 3), Some(c.clone()));
+        assert_eq!(Card::decode("gid ::1\npsn 1\n", 3), None);
+    }
+
+    #[test]
+    fn cards_of_another_size_or_out_of_range_are_refused() {
+        let c = Card {
+            gid: "::ffff:10.0.0.1".parse().unwrap(),
+            psn: 1,
+            rkey: 2,
+            addr: 3,
+            qpns: vec![0, 0x11],
+        };
+        let text = c.encode();
+        // A card of a 2-process mesh read by a 4-process one: its QP list is short.
+        assert_eq!(Card::decode(&text, 4), None);
+        assert_eq!(Card::decode(&text, 2), Some(c));
+        let wide = |from: &str, to: &str| Card::decode(&text.replace(from, to), 2);
+        assert_eq!(
+            wide("qpns 0x0 0x11", "qpns 0x0 0x1000011"),
+            None,
+            "QPN over 24 bits"
+        );
+        assert_eq!(wide("psn 0x1", "psn 0x1000001"), None, "PSN over 24 bits");
+        assert_eq!(
+            wide("rkey 0x2", "rkey 0x100000002"),
+            None,
+            "rkey over 32 bits"
+        );
     }
 
     #[test]
