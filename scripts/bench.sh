@@ -22,7 +22,8 @@
 #   memory  resident memory with 1, 100 and 10,000 QP pairs open (examples/qp_memory.rs).
 #   pairs   natively: aggregate `ferroce perf write-bw` (64 KiB, -D $DURATION s) of 1, 2 and 4
 #           process pairs at once on one veth pair (all servers on one end, all clients on
-#           the other), for each MTU in $MTUS: what sharing an interface costs.
+#           the other), and 1 pair beside 3 idle processes per end (sockets held, no
+#           traffic), for each MTU in $MTUS: what sharing an interface costs.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 what=${1:-all}
@@ -85,29 +86,45 @@ if [ "$what" = pairs ]; then
     for n in pa pb; do ip -n $n link set lo up; done
     ip -n pa link set vpa up; ip -n pb link set vpb up
     for rep in $(seq 1 "$REPEAT"); do
-      for n in 1 2 4; do
-        pids=()
-        for i in $(seq 1 $n); do
+      for cfg in 1 2 4 1+3; do
+        # 1+3: one pair while three more processes per interface only hold their
+        # sockets (servers waiting for a client): what sharing costs a frame.
+        n=${cfg%%+*} idle=() pids=()
+        if [ "$cfg" = 1+3 ]; then
+          for i in 1 2 3; do
+            ip netns exec pa "$F" perf write-bw -d vpa -p $((18800 + i)) >/dev/null 2>&1 &
+            idle+=($!)
+            ip netns exec pb "$F" perf write-bw -d vpb -p $((18800 + i)) >/dev/null 2>&1 &
+            idle+=($!)
+          done
+          for i in 1 2 3; do
+            for ns in pa pb; do
+              for _ in $(seq 1 100); do ip netns exec $ns ss -ltn | grep -q ":$((18800 + i))\b" && break; sleep 0.05; done
+            done
+          done
+        fi
+        for i in $(seq 1 "$n"); do
           ip netns exec pb "$F" perf write-bw -d vpb -s 65536 -D "$DURATION" --report_gbits -p $((18700 + i)) \
             >"$out/pairs/$MTU-$n-$i-$rep.server" 2>&1 &
           pids+=($!)
         done
-        for i in $(seq 1 $n); do
+        for i in $(seq 1 "$n"); do
           for _ in $(seq 1 100); do ip netns exec pb ss -ltn | grep -q ":$((18700 + i))\b" && break; sleep 0.05; done
         done
-        for i in $(seq 1 $n); do
+        for i in $(seq 1 "$n"); do
           ip netns exec pa "$F" perf write-bw -d vpa -s 65536 -D "$DURATION" --report_gbits -p $((18700 + i)) 10.79.0.2 \
             >"$out/pairs/$MTU-$n-$i-$rep.client" 2>&1 &
           pids+=($!)
         done
         wait "${pids[@]}"
+        if [ ${#idle[@]} -gt 0 ]; then kill "${idle[@]}" 2>/dev/null; wait "${idle[@]}" 2>/dev/null; fi
         total=0 got=0
-        for i in $(seq 1 $n); do
+        for i in $(seq 1 "$n"); do
           bw=$(awk '/^ #bytes/ { getline; print $4; exit }' "$out/pairs/$MTU-$n-$i-$rep.client")
           [ -n "$bw" ] && got=$((got + 1)) && total=$(awk -v a="$total" -v b="$bw" 'BEGIN { print a + b }')
         done
         [ "$got" = "$n" ] || total=FAILED
-        echo "PAIRS $MTU $n $total" | tee -a "$res"
+        echo "PAIRS $MTU $cfg $total" | tee -a "$res"
       done
     done
     cleanup
@@ -128,9 +145,10 @@ if [ "$what" = pairs ]; then
       print "|-------|-------|----------------|---------------|----------------|-------------|"
       for (m in mtus) {
         one = median(m " 1")
-        for (p = 1; p <= 4; p *= 2) {
-          t = median(m " " p)
-          printf "| %-5s | %-5d | %-14.3g | %-13.3g | %-14s | %-11d |\n", m, p, t, t / p, (one > 0 ? sprintf("%.2fx", t / one) : "-"), failed[m " " p] + 0
+        split("1 2 4 1+3", cfgs, " ")
+        for (c = 1; c <= 4; c++) {
+          p = cfgs[c]; t = median(m " " p); np = p + 0
+          printf "| %-5s | %-5s | %-14.3g | %-13.3g | %-14s | %-11d |\n", m, (p == "1+3" ? "1 (+3 idle)" : p), t, t / np, (one > 0 ? sprintf("%.2fx", t / one) : "-"), failed[m " " p] + 0
         }
       }
     }' "$res" | tee "$out/pairs-table.md"
