@@ -30,6 +30,7 @@ pub mod bth;
 pub mod cnp;
 pub mod deth;
 pub mod frame;
+pub mod gso;
 pub mod icrc;
 pub mod ieth;
 pub mod immdt;

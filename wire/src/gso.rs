@@ -1,0 +1,430 @@
+//! UDP GSO super-datagrams: consecutive RoCE v2 datagrams of one flow carried as one IP
+//! datagram, the way the kernel holds a `UDP_SEGMENT` send (and hands it whole to a packet
+//! socket on a veth, or after UDP GRO on a NIC): one IP and UDP header, then the segments'
+//! UDP payloads back to back, each `gso_size` bytes but the last, which may be shorter.
+//!
+//! When the kernel cuts such a datagram up, the segments differ in their headers only: the
+//! IPv4 identification counts up from the super-datagram's (base, base+1, …), and the
+//! lengths (IPv4 total length and header checksum, IPv6 payload length, UDP length and
+//! checksum) are each segment's own. RoCE v2's ICRC masks TTL, TOS, flow label, hop limit
+//! and both checksums, but not the identification or the lengths, so each segment's ICRC
+//! is that of the segment as it would travel alone. [`split`] rebuilds every segment that
+//! way, so that the receiver checks each ICRC as if the segment had arrived by itself;
+//! [`merge`] is its inverse, for a sender that built the segments with their own headers.
+//!
+//! Hostile input: a super-datagram is as untrusted as any frame. Every length is checked
+//! against the bytes present, and a segment size below the smallest RoCE packet (BTH and
+//! ICRC, 16 bytes) is refused, so the work per super-datagram is bounded by its length.
+
+use crate::{Error, Layer, Result};
+
+/// IPv4 and UDP header sizes without options; IPv6's fixed header.
+const IPV4_MIN: usize = 20;
+const IPV6_LEN: usize = 40;
+const UDP_LEN: usize = 8;
+/// The smallest RoCE v2 packet: a BTH (12 bytes) and the ICRC (4).
+pub const MIN_SEGMENT: usize = 16;
+/// The largest IP datagram (IPv4 total length, IPv6 payload length: 16 bits).
+const MAX_IP: usize = 65535;
+
+/// Where a super-datagram's parts are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Layout {
+    /// IP header bytes (IPv4 with its options; IPv6's 40).
+    ip_len: usize,
+    ipv6: bool,
+    /// Bytes of UDP payload (all segments together).
+    payload: usize,
+}
+
+fn layout(ip_packet: &[u8]) -> Result<Layout> {
+    let b0 = *ip_packet.first().ok_or(Error::Truncated(Layer::Ip))?;
+    let (ip_len, ipv6, total) = match b0 >> 4 {
+        4 => {
+            let ihl = usize::from(b0 & 0x0f) * 4;
+            if ihl < IPV4_MIN {
+                return Err(Error::BadIpHeader);
+            }
+            let h = ip_packet.get(..ihl).ok_or(Error::Truncated(Layer::Ip))?;
+            if h[9] != 17 {
+                return Err(Error::NotUdp(h[9]));
+            }
+            // More fragments, or an offset: never RoCE.
+            if u16::from_be_bytes([h[6], h[7]]) & 0x3fff != 0 {
+                return Err(Error::Fragmented);
+            }
+            (ihl, false, usize::from(u16::from_be_bytes([h[2], h[3]])))
+        }
+        6 => {
+            let h = ip_packet
+                .get(..IPV6_LEN)
+                .ok_or(Error::Truncated(Layer::Ip))?;
+            if h[6] != 17 {
+                return Err(Error::NotUdp(h[6]));
+            }
+            let payload = usize::from(u16::from_be_bytes([h[4], h[5]]));
+            (IPV6_LEN, true, IPV6_LEN + payload)
+        }
+        _ => return Err(Error::BadIpHeader),
+    };
+    if total != ip_packet.len() || total < ip_len + UDP_LEN {
+        return Err(Error::BadIpLength);
+    }
+    let udp = &ip_packet[ip_len..ip_len + UDP_LEN];
+    if usize::from(u16::from_be_bytes([udp[4], udp[5]])) != total - ip_len {
+        return Err(Error::BadUdpLength);
+    }
+    Ok(Layout {
+        ip_len,
+        ipv6,
+        payload: total - ip_len - UDP_LEN,
+    })
+}
+
+/// The segments of a super-datagram, rebuilt one at a time into the caller's buffer.
+#[derive(Debug, Clone)]
+pub struct Segments<'a> {
+    whole: &'a [u8],
+    layout: Layout,
+    gso_size: usize,
+    next: usize,
+}
+
+/// The segments of `ip_packet`, a UDP super-datagram (IP header through the last
+/// segment's ICRC) whose segments carry `gso_size` bytes of UDP payload each.
+pub fn split(ip_packet: &[u8], gso_size: usize) -> Result<Segments<'_>> {
+    let layout = layout(ip_packet)?;
+    if gso_size < MIN_SEGMENT || layout.payload == 0 {
+        return Err(Error::BadUdpLength);
+    }
+    Ok(Segments {
+        whole: ip_packet,
+        layout,
+        gso_size,
+        next: 0,
+    })
+}
+
+impl Segments<'_> {
+    /// How many segments the super-datagram holds.
+    pub fn count(&self) -> usize {
+        self.layout.payload.div_ceil(self.gso_size)
+    }
+
+    /// The bytes the largest segment needs (headers and `gso_size` of payload).
+    pub fn max_len(&self) -> usize {
+        self.layout.ip_len + UDP_LEN + self.gso_size.min(self.layout.payload)
+    }
+
+    /// Writes the next segment (IP header through ICRC) into `out` and returns its length;
+    /// `None` after the last, or when `out` is shorter than [`Segments::max_len`].
+    pub fn next_into(&mut self, out: &mut [u8]) -> Option<usize> {
+        let Layout {
+            ip_len,
+            ipv6,
+            payload,
+        } = self.layout;
+        let i = self.next;
+        let start = i.checked_mul(self.gso_size)?;
+        if start >= payload {
+            return None;
+        }
+        let len = self.gso_size.min(payload - start);
+        let headers = ip_len + UDP_LEN;
+        let total = headers + len;
+        let out = out.get_mut(..total)?;
+        out[..headers].copy_from_slice(&self.whole[..headers]);
+        out[headers..].copy_from_slice(&self.whole[headers + start..headers + start + len]);
+        set_lengths(out, ip_len, ipv6, total);
+        if !ipv6 {
+            let id = u16::from_be_bytes([out[4], out[5]]).wrapping_add(i as u16);
+            out[4..6].copy_from_slice(&id.to_be_bytes());
+            crate::ipv4::fill_header_checksum(out);
+        }
+        self.next += 1;
+        Some(total)
+    }
+}
+
+/// Rewrites the IP and UDP lengths of a datagram of `total` bytes; zeroes the UDP checksum
+/// (the ICRC masks it, and no RoCE receiver reads it).
+fn set_lengths(d: &mut [u8], ip_len: usize, ipv6: bool, total: usize) {
+    if ipv6 {
+        d[4..6].copy_from_slice(&((total - IPV6_LEN) as u16).to_be_bytes());
+    } else {
+        d[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    }
+    let udp = &mut d[ip_len..ip_len + UDP_LEN];
+    udp[4..6].copy_from_slice(&((total - ip_len) as u16).to_be_bytes());
+    udp[6..8].copy_from_slice(&[0, 0]);
+}
+
+/// Joins `segments`, datagrams of one flow each built with its own headers (IPv4
+/// identifications counting up by one), into one super-datagram in `out` that [`split`]
+/// with the returned `gso_size` turns back into them; returns `(length, gso_size)`.
+///
+/// Refused (`HeaderMismatch`): segments whose headers differ in anything but the
+/// identification, the lengths and the checksums; identifications that do not count up
+/// by one; a segment other than the last whose payload is not the first's size, or a last
+/// one larger. `BufferTooSmall`: more than an IP datagram holds, or more than `out` does.
+/// The IPv4 header checksum is filled in; the UDP checksum is left zero for the caller (a
+/// kernel doing the segmentation computes it).
+pub fn merge(segments: &[&[u8]], out: &mut [u8]) -> Result<(usize, usize)> {
+    let first = segments.first().ok_or(Error::Truncated(Layer::Ip))?;
+    let l0 = layout(first)?;
+    let headers = l0.ip_len + UDP_LEN;
+    let gso_size = l0.payload;
+    if gso_size < MIN_SEGMENT {
+        return Err(Error::BadUdpLength);
+    }
+    let total = segments.iter().try_fold(headers, |acc, s| {
+        let l = layout(s)?;
+        if l.ip_len != l0.ip_len || l.ipv6 != l0.ipv6 {
+            return Err(Error::HeaderMismatch);
+        }
+        Ok(acc + l.payload)
+    })?;
+    if total > MAX_IP {
+        return Err(Error::BufferTooSmall);
+    }
+    let base_id = u16::from_be_bytes([first[4], first[5]]);
+    for (i, s) in segments.iter().enumerate() {
+        let payload = s.len() - headers;
+        let last = i + 1 == segments.len();
+        if (!last && payload != gso_size) || payload > gso_size || payload == 0 {
+            return Err(Error::HeaderMismatch);
+        }
+        if !same_flow(first, s, l0) {
+            return Err(Error::HeaderMismatch);
+        }
+        if !l0.ipv6 && u16::from_be_bytes([s[4], s[5]]) != base_id.wrapping_add(i as u16) {
+            return Err(Error::HeaderMismatch);
+        }
+    }
+    let out = out.get_mut(..total).ok_or(Error::BufferTooSmall)?;
+    out[..headers].copy_from_slice(&first[..headers]);
+    let mut at = headers;
+    for s in segments {
+        let p = &s[headers..];
+        out[at..at + p.len()].copy_from_slice(p);
+        at += p.len();
+    }
+    set_lengths(out, l0.ip_len, l0.ipv6, total);
+    crate::ipv4::fill_header_checksum(out);
+    Ok((total, gso_size))
+}
+
+/// Whether `s` has `first`'s headers but for the identification, lengths and checksums.
+fn same_flow(first: &[u8], s: &[u8], l: Layout) -> bool {
+    let ranges: &[core::ops::Range<usize>] = if l.ipv6 {
+        // Version, class, flow label; next header, hop limit, addresses; UDP ports.
+        &[0..4, 6..40, 40..44]
+    } else {
+        // Version to TOS; flags and offset, TTL, protocol; addresses and options; ports.
+        &[0..2, 6..10, 12..l.ip_len, l.ip_len..l.ip_len + 4]
+    };
+    ranges.iter().all(|r| first[r.clone()] == s[r.clone()])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{BthRepr, DatagramRepr, IbRepr, IpRepr, Opcode, Psn};
+    use std::net::Ipv4Addr;
+
+    /// A WRITE_MIDDLE datagram (RC, `payload` bytes) with IPv4 ID `id` or over IPv6.
+    fn datagram(psn: u32, payload: usize, id: u16, ipv6: bool) -> Vec<u8> {
+        let data: Vec<u8> = (0..payload).map(|i| (i as u32 + psn) as u8).collect();
+        let ip = if ipv6 {
+            IpRepr::V6 {
+                src: "fe80::1".parse().unwrap(),
+                dst: "fe80::2".parse().unwrap(),
+                traffic_class: 0,
+                flow_label: 7,
+                hop_limit: 64,
+            }
+        } else {
+            IpRepr::V4 {
+                src: Ipv4Addr::new(10, 0, 0, 1),
+                dst: Ipv4Addr::new(10, 0, 0, 2),
+                dscp: 0,
+                ecn: 0,
+                ttl: 64,
+                identification: id,
+                dont_fragment: true,
+            }
+        };
+        let repr = DatagramRepr {
+            ip,
+            src_port: 0xc123,
+            ib: IbRepr {
+                bth: BthRepr {
+                    opcode: Opcode::RC_RDMA_WRITE_MIDDLE,
+                    solicited: false,
+                    mig_req: true,
+                    pad_count: 0,
+                    pkey: 0xffff,
+                    fecn: false,
+                    becn: false,
+                    dest_qp: 0x11,
+                    ack_req: false,
+                    psn: Psn::new(psn),
+                },
+                ext: Default::default(),
+                payload: &data,
+            },
+        };
+        let mut buf = vec![0; repr.buffer_len()];
+        let n = repr.emit(&mut buf).unwrap();
+        buf.truncate(n);
+        buf
+    }
+
+    fn segments_of(super_dgram: &[u8], gso: usize) -> Vec<Vec<u8>> {
+        let mut s = split(super_dgram, gso).unwrap();
+        let mut out = Vec::new();
+        let mut buf = vec![0; s.max_len()];
+        while let Some(n) = s.next_into(&mut buf) {
+            out.push(buf[..n].to_vec());
+        }
+        out
+    }
+
+    #[test]
+    fn merge_then_split_gives_back_every_segment_with_a_valid_icrc() {
+        for ipv6 in [false, true] {
+            // Three full segments and a shorter last one, IDs wrapping past 0xffff.
+            let parts: Vec<Vec<u8>> = (0..4)
+                .map(|i| {
+                    let len = if i == 3 { 256 } else { 1024 };
+                    datagram(100 + i, len, 0xfffe_u16.wrapping_add(i as u16), ipv6)
+                })
+                .collect();
+            let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+            let mut whole = vec![0; 8000];
+            let (n, gso) = merge(&refs, &mut whole).unwrap();
+            whole.truncate(n);
+            assert_eq!(gso, 1024 + 12 + 4, "BTH, payload, ICRC");
+            let back = segments_of(&whole, gso);
+            assert_eq!(split(&whole, gso).unwrap().count(), 4);
+            assert_eq!(back.len(), 4);
+            for (got, want) in back.iter().zip(&parts) {
+                let d = crate::Datagram::parse(got).unwrap();
+                assert!(d.icrc_ok(), "ICRC of a rebuilt segment");
+                assert!(crate::ipv4::header_checksum_ok(got));
+                // Equal to the original but for the UDP checksum (IPv6 fills one).
+                let udp = if ipv6 { 40 } else { 20 };
+                let mut want = want.clone();
+                want[udp + 6..udp + 8].copy_from_slice(&[0, 0]);
+                assert_eq!(got, &want);
+            }
+        }
+    }
+
+    #[test]
+    fn a_segment_whose_id_is_not_the_next_one_is_refused() {
+        let a = datagram(1, 512, 7, false);
+        let b = datagram(2, 512, 9, false);
+        let mut out = vec![0; 4000];
+        assert_eq!(merge(&[&a, &b], &mut out), Err(Error::HeaderMismatch));
+        // Another flow (destination QP is in the payload; the port is a header).
+        let mut c = datagram(2, 512, 8, false);
+        c[20] ^= 1; // UDP source port
+        assert_eq!(merge(&[&a, &c], &mut out), Err(Error::HeaderMismatch));
+        // A larger last segment.
+        let d = datagram(2, 1024, 8, false);
+        assert_eq!(merge(&[&a, &d], &mut out), Err(Error::HeaderMismatch));
+        assert_eq!(merge(&[], &mut out), Err(Error::Truncated(Layer::Ip)));
+    }
+
+    #[test]
+    fn a_tampered_segment_fails_its_own_icrc_only() {
+        let parts: Vec<Vec<u8>> = (0..3)
+            .map(|i| datagram(i, 512, 40 + i as u16, false))
+            .collect();
+        let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+        let mut whole = vec![0; 4000];
+        let (n, gso) = merge(&refs, &mut whole).unwrap();
+        whole.truncate(n);
+        whole[28 + gso + 100] ^= 0x80; // a payload byte of the second segment
+        let oks: Vec<bool> = segments_of(&whole, gso)
+            .iter()
+            .map(|s| crate::Datagram::parse(s).unwrap().icrc_ok())
+            .collect();
+        assert_eq!(oks, [true, false, true]);
+    }
+
+    #[test]
+    fn malformed_super_datagrams_are_typed_errors() {
+        let parts: Vec<Vec<u8>> = (0..2).map(|i| datagram(i, 512, i as u16, false)).collect();
+        let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+        let mut whole = vec![0; 4000];
+        let (n, gso) = merge(&refs, &mut whole).unwrap();
+        whole.truncate(n);
+        assert_eq!(split(&whole[..n - 1], gso).err(), Some(Error::BadIpLength));
+        assert_eq!(split(&whole, 15).err(), Some(Error::BadUdpLength));
+        assert_eq!(split(&[], gso).err(), Some(Error::Truncated(Layer::Ip)));
+        assert_eq!(
+            split(&[0x45; 10], gso).err(),
+            Some(Error::Truncated(Layer::Ip))
+        );
+        let mut frag = whole.clone();
+        frag[6] |= 0x20; // more fragments
+        assert_eq!(split(&frag, gso).err(), Some(Error::Fragmented));
+        let mut udp_len = whole.clone();
+        udp_len[25] ^= 1;
+        assert_eq!(split(&udp_len, gso).err(), Some(Error::BadUdpLength));
+        // A buffer too small for a segment ends the walk, without a panic.
+        let mut s = split(&whole, gso).unwrap();
+        assert_eq!(s.next_into(&mut [0; 64]), None);
+    }
+
+    /// Walks every segment of `bytes`, checking the bounds a hostile input must keep.
+    fn walk(
+        bytes: &[u8],
+        gso: usize,
+    ) -> std::result::Result<(), proptest::test_runner::TestCaseError> {
+        if let Ok(mut s) = split(bytes, gso) {
+            let mut buf = vec![0; s.max_len()];
+            let (mut n, mut sum) = (0, 0);
+            while let Some(len) = s.next_into(&mut buf) {
+                n += 1;
+                sum += len;
+                proptest::prop_assert!(n <= bytes.len() / MIN_SEGMENT + 1);
+                // Whatever a segment holds, parsing it is a result, not a panic.
+                let _ = crate::Datagram::parse(&buf[..len]).map(|d| d.icrc_ok());
+            }
+            proptest::prop_assert_eq!(n, s.count());
+            proptest::prop_assert!(sum <= n * 68 + bytes.len());
+        }
+        Ok(())
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_mutated_super_datagram_splits_or_fails_cleanly(
+            flips in proptest::collection::vec((0usize..4000, proptest::num::u8::ANY), 1..8),
+            gso_delta in -40i64..40,
+            ipv6 in proptest::bool::ANY,
+        ) {
+            let parts: Vec<Vec<u8>> = (0..3).map(|i| datagram(i, 1000, i as u16, ipv6)).collect();
+            let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+            let mut whole = vec![0; 4000];
+            let (n, gso) = merge(&refs, &mut whole).unwrap();
+            whole.truncate(n);
+            for (at, x) in flips {
+                let i = at % whole.len();
+                whole[i] ^= x;
+            }
+            walk(&whole, (gso as i64 + gso_delta).max(0) as usize)?;
+        }
+
+        #[test]
+        fn split_never_panics_and_stays_within_the_input(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..3000),
+            gso in 0usize..2000,
+        ) {
+            walk(&bytes, gso)?;
+        }
+    }
+}
