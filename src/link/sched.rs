@@ -40,25 +40,7 @@ const SCHED_BATCH: u32 = 3;
 /// does not touch, e.g. a real-time one chosen by the user). Errors come from the kernel
 /// (e.g. `ENOSYS` under a seccomp filter); callers treat them as a hint not taken.
 pub fn request_slice(slice: Duration) -> io::Result<bool> {
-    let mut attr = SchedAttr {
-        size: std::mem::size_of::<SchedAttr>() as u32,
-        ..SchedAttr::default()
-    };
-    // SAFETY: sched_getattr(2) on the calling thread (pid 0) writes at most `size` bytes
-    // into `attr`, a live, writable, properly aligned struct of that size; the result is
-    // checked.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_sched_getattr,
-            0,
-            &mut attr as *mut SchedAttr,
-            std::mem::size_of::<SchedAttr>() as libc::c_uint,
-            0,
-        )
-    };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let mut attr = getattr()?;
     if attr.sched_policy != SCHED_OTHER && attr.sched_policy != SCHED_BATCH {
         return Ok(false);
     }
@@ -77,8 +59,15 @@ pub fn request_slice(slice: Duration) -> io::Result<bool> {
 /// The calling thread's slice as the kernel keeps it (0 where the kernel has none for
 /// normal threads), for tests and diagnostics.
 pub fn current_slice() -> io::Result<Duration> {
+    Ok(Duration::from_nanos(getattr()?.sched_runtime))
+}
+
+/// The calling thread's scheduling attributes.
+fn getattr() -> io::Result<SchedAttr> {
     let mut attr = SchedAttr::default();
-    // SAFETY: as in `request_slice`: the kernel writes at most `size` bytes into `attr`.
+    // SAFETY: sched_getattr(2) on the calling thread (pid 0) writes at most `size` bytes
+    // into `attr`, a live, writable, properly aligned struct of that size; the result is
+    // checked.
     let ret = unsafe {
         libc::syscall(
             libc::SYS_sched_getattr,
@@ -91,7 +80,7 @@ pub fn current_slice() -> io::Result<Duration> {
     if ret < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(Duration::from_nanos(attr.sched_runtime))
+    Ok(attr)
 }
 
 #[cfg(test)]
