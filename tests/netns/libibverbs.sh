@@ -17,15 +17,8 @@
 # Prints PASS/FAIL lines and "libibverbs: N passed, M failed"; exit 0 iff all pass.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-if [ $# = 0 ]; then
-  F=${CARGO_TARGET_DIR:-$root/target}/release/ferroce
-  if [ ! -x "$F" ] || [ ! -f "$(dirname "$F")/libibverbs.so" ]; then
-    (cd "$root" && cargo build --release --quiet -p ferroce-cli --bin ferroce -p ferroce-ibverbs --lib)
-  fi
-else
-  F=$1
-fi
+# shellcheck source=tests/netns/lib.sh
+. "$here/lib.sh" "$@"
 A=fv-a B=fv-b C=fv-c          # C: a namespace with nothing but lo, down
 IA=fv-a0 IB=fv-b0 SERVER=10.89.0.2
 out=${OUT:-$root/target}/libibverbs; rm -rf "$out"; mkdir -p "$out"

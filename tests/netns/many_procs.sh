@@ -16,15 +16,8 @@
 # Prints PASS/FAIL lines and "many-procs: N passed, M failed"; exit 0 iff all pass.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-if [ $# = 0 ]; then
-  F=${CARGO_TARGET_DIR:-$root/target}/release/ferroce
-  if [ ! -x "$F" ] || [ ! -f "$(dirname "$F")/libibverbs.so" ]; then
-    (cd "$root" && cargo build --release --quiet -p ferroce-cli --bin ferroce -p ferroce-ibverbs --lib)
-  fi
-else
-  F=$1
-fi
+# shellcheck source=tests/netns/lib.sh
+. "$here/lib.sh" "$@"
 A=mp-a B=mp-b IA=mp-a0 IB=mp-b0 ADDR=10.92.0.1
 out=${OUT:-$root/target}/many_procs; rm -rf "$out"; mkdir -p "$out"
 cleanup() { ip netns pids $A 2>/dev/null | xargs -r kill -9 2>/dev/null; for ns in $A $B; do ip netns del "$ns" 2>/dev/null; done; true; }
