@@ -1,8 +1,9 @@
 #!/bin/bash
 # Guest side of tests/system.sh: runs inside the rxe VM the parts the host cannot.
 #   guest.sh TESTS_DIR FERROCE_BINARY MODE PARTS [LIBDIR]
-#     PARTS: "interop", "netns", "dcqcn", comma-separated; "rdmacore" runs only interop's
-#       last step (rdma-core's test suite on rxe and ferroce, rxe_rdma_core.sh)
+#     PARTS: "interop", "netns", "dcqcn", comma-separated; "rxelib" and "rdmacore" run only
+#       one step of interop (the Debian programs on ferroce's library against rxe,
+#       rxe_libibverbs.sh; rdma-core's test suite on rxe and ferroce, rxe_rdma_core.sh)
 #     LIBDIR: the directory holding the libibverbs.so.1 that interop's programs run on
 #       through `ferroce exec` (FERROCE_LIBDIR); without it, the library next to
 #       FERROCE_BINARY, whose ferroce-lib/ symlink must exist already (/ is read-only here)
@@ -32,6 +33,8 @@ case ",$PARTS," in *,interop,*)
   bash "$tests/interop/rxe_pingpong.sh" "$F" "$MODE" || rc=1
   echo "===== perftest: ferroce perf <-> perftest on Linux rxe ====="
   bash "$tests/interop/rxe_perftest.sh" "$F" "$MODE" || rc=1
+esac
+case ",$PARTS," in *,interop,*|*,rxelib,*)
   echo "===== rxe-libibverbs: the same rdma-core programs on ferroce's libibverbs and on rxe ====="
   FERROCE_LIBDIR=$LIBDIR bash "$tests/interop/rxe_libibverbs.sh" "$F" "$MODE" || rc=1 ;;
 esac

@@ -134,13 +134,14 @@ attempt() {
       ;;
     perftest)
       # The client's row has a positive figure: BW average (column 4) or t_typical (column
-      # 5); the server prints a row too, but a READ latency server measures nothing.
+      # 5); the server prints a row too, but a READ or atomic latency server measures
+      # nothing.
       local col=4 figure
       case $tool in *_lat) col=5 ;; esac
       figure=$(field "$client" $col)
       if [ -z "$(row "$client")" ]; then why="no result row from the ${client##*.} client"
       elif ! positive "$figure"; then why="${client##*.} client figure (column $col) is $figure"
-      elif [ "$tool" != ib_read_lat ] && [ -z "$(row "$server")" ]; then why="no result row from the ${server##*.} server"
+      elif [ "$tool" != ib_read_lat ] && [ "$tool" != ib_atomic_lat ] && [ -z "$(row "$server")" ]; then why="no result row from the ${server##*.} server"
       fi
       summary="${client##*.} client: $(row "$client" | tr -s ' \t' ' ' | sed 's/^ //')"
       case $tool in ib_send_bw) summary="$summary (${server##*.} server received $(field "$server" 2))" ;; esac
@@ -175,7 +176,7 @@ run_case() {
 # client always, the server too in latency tests. ferroce asked for 128 answers EINVAL
 # ("Failed to modify QP to RTS"), as rxe and mlx5 do above their device's maximum. So the
 # cases where ferroce goes to RTS against rxe's 128 say -o 16 (and are named -o16): the rs
-# READ and atomic cases, and ib_read_lat in both roles. The fs bandwidth cases keep
+# READ and atomic cases, and ib_read_lat and ib_atomic_lat in both roles. The fs bandwidth cases keep
 # perftest's defaults.
 iters=20 n=100
 [ "$MODE" = quick ] && { iters=5 n=50; }
@@ -226,6 +227,8 @@ for role in fs rs; do
   run_case write_lat-s4096 perftest $role ib_write_lat -F -s 4096 -n $n
   run_case read_lat-s64-o16 perftest $role ib_read_lat -F -o 16 -s 64 -n $n
   run_case read_lat-s4096-o16 perftest $role ib_read_lat -F -o 16 -s 4096 -n $n
+  run_case atomic_lat-o16 perftest $role ib_atomic_lat -F -o 16 -n $n
+  run_case atomic_lat-cas-o16 perftest $role ib_atomic_lat -F -o 16 -A CMP_AND_SWAP -n $n
   run_case send_lat-s64 perftest $role ib_send_lat -F -s 64 -n $n
   run_case send_lat-s4096 perftest $role ib_send_lat -F -s 4096 -n $n
   run_case send_lat-ud-s512 perftest $role ib_send_lat -F -c UD -s 512 -n $n
