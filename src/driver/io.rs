@@ -108,7 +108,7 @@ impl Shared {
     /// transmission instead (see [`Shared::poll_rx`]).
     pub(super) fn receive(&self, rx: &mut FrameBatch, defer_answers: bool) -> usize {
         // The endpoint is locked at the first frame, and held for the whole batch.
-        let mut ep: Option<MutexGuard<'_, Endpoint>> = None;
+        let mut ep: Option<super::EndpointGuard<'_>> = None;
         let mut now = None;
         // A panic in the link or the transport aborts the process, whichever thread
         // receives (see `fatal`): never a device that silently stopped.

@@ -31,6 +31,7 @@
 mod async_events;
 mod completions;
 mod cq_events;
+mod endpoint_lock;
 mod fatal;
 mod io;
 mod recorder;
@@ -38,7 +39,7 @@ mod thread;
 mod wakeups;
 
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -52,6 +53,7 @@ use async_events::AsyncEvents;
 pub use completions::CompletionSignal;
 pub use cq_events::CqEventSink;
 use cq_events::CqEvents;
+pub use endpoint_lock::{EndpointGuard, PollMark};
 pub use io::DriverCounters;
 use io::LinkIo;
 use recorder::Recorder;
@@ -73,6 +75,8 @@ const TX_BATCH: usize = 64;
 pub struct Shared {
     /// The transport.
     endpoint: Mutex<Endpoint>,
+    /// Locks of the endpoint released so far (see [`endpoint_lock`]).
+    endpoint_changes: std::sync::atomic::AtomicU64,
     /// Frames in and out, neighbours, driver counters.
     io: LinkIo,
     /// What wakes the driver thread, and poll mode's bookkeeping.
@@ -99,15 +103,6 @@ impl Shared {
     /// The transport's notion of now.
     pub fn now(&self) -> Instant {
         Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
-    }
-
-    /// Locks the endpoint for an API call.
-    ///
-    /// A panic while the endpoint was locked leaves it poisoned; the transport keeps its
-    /// invariants per call, so the lock is taken back rather than taking every later
-    /// API call down with it.
-    pub fn endpoint(&self) -> MutexGuard<'_, Endpoint> {
-        self.endpoint.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The link.
@@ -219,6 +214,7 @@ impl Driver {
         let port_up = link.is_up();
         let shared = Arc::new(Shared {
             endpoint: Mutex::new(endpoint),
+            endpoint_changes: Default::default(),
             io: LinkIo::new(link, resolver, RX_BATCH, TX_BATCH, local),
             wake: Wakeups::new()?,
             completions: CompletionSignal::new()?,

@@ -5,7 +5,6 @@
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::MutexGuard;
 
 use ferroce_transport::Endpoint;
 
@@ -110,7 +109,7 @@ impl Shared {
     /// made ready right here, on the caller's thread, sparing a wake-up of the driver. A
     /// timer that now falls before the sleeping driver's is moved on its timerfd, which
     /// wakes the driver only when it is due; leftover work wakes it at once.
-    pub fn kick(&self, mut ep: MutexGuard<'_, Endpoint>) {
+    pub fn kick(&self, mut ep: super::EndpointGuard<'_>) {
         // The call may have completed work itself (a flush, a local error).
         self.deliver_cq_events(&mut ep);
         let sent = self.transmit(&mut ep, TX_BATCH);

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use ferroce_transport::{CqId, WorkCompletion};
 
 use super::Context;
+use crate::driver::PollMark;
 
 /// Polls `wait_one` makes (each one also polling the link, yielding the core in between)
 /// before it sleeps: a few hundred microseconds natively, longer than an emulated round
@@ -17,11 +18,17 @@ const SPIN_POLLS: usize = 200;
 pub struct CompletionQueue {
     pub(super) ctx: Context,
     pub(super) id: CqId,
+    /// When this CQ was last found empty (polls skip the lock until something changed).
+    mark: PollMark,
 }
 
 impl CompletionQueue {
     pub(crate) fn new(ctx: Context, id: CqId) -> Self {
-        CompletionQueue { ctx, id }
+        CompletionQueue {
+            ctx,
+            id,
+            mark: PollMark::default(),
+        }
     }
 
     /// The CQ's id in the transport: how asynchronous events name it.
@@ -43,12 +50,12 @@ impl CompletionQueue {
     /// Moves up to `max` completions into `out`; returns how many.
     pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> usize {
         let shared = self.ctx.shared();
-        let n = shared.endpoint().poll_cq(self.id, out, max);
+        let n = shared.poll_cq(self.id, &self.mark, out, max);
         // Poll mode: with the CQ empty, take in what the link holds on this thread (the
         // answer being waited for is often there already) instead of waiting for the
         // driver thread to wake up for it.
         if n == 0 && shared.poll_rx() {
-            return shared.endpoint().poll_cq(self.id, out, max);
+            return shared.poll_cq(self.id, &self.mark, out, max);
         }
         n
     }
