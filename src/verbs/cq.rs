@@ -105,3 +105,78 @@ impl Drop for CompletionQueue {
         let _ = self.ctx.shared().endpoint().destroy_cq(self.id);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use crate::verbs::*;
+
+    /// The driver thread of an idle in-memory device sleeps without locking the endpoint.
+    fn settle() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    #[test]
+    fn an_empty_cq_is_polled_again_without_taking_the_endpoint_lock() {
+        let (a, _b) = Context::memory_pair().unwrap();
+        let cq = a.create_cq(4).unwrap();
+        settle();
+        let mut out = Vec::new();
+        assert_eq!(
+            cq.poll(&mut out, 4),
+            0,
+            "found empty: the CQ remembers when"
+        );
+        let (held_tx, held_rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let shared = a.shared().clone();
+        let holder = std::thread::spawn(move || {
+            let _ep = shared.endpoint();
+            held_tx.send(()).unwrap();
+            // Held until the poller is done, or for 5 s if it blocks on the lock.
+            let _ = done_rx.recv_timeout(Duration::from_secs(5));
+        });
+        held_rx.recv().unwrap();
+        let (polled_tx, polled_rx) = mpsc::channel();
+        let poller = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            polled_tx.send(cq.poll(&mut out, 4)).unwrap();
+            cq
+        });
+        let polled = polled_rx.recv_timeout(Duration::from_secs(2));
+        let _ = done_tx.send(());
+        holder.join().unwrap();
+        poller.join().unwrap();
+        assert_eq!(polled, Ok(0), "the poll waited for the endpoint lock");
+    }
+
+    #[test]
+    fn completions_made_after_an_empty_poll_are_seen_by_the_next() {
+        let (a, _b) = Context::memory_pair().unwrap();
+        let pd = a.alloc_pd().unwrap();
+        let cq = a.create_cq(8).unwrap();
+        let mr = pd.reg_mr(64, Access::LOCAL_WRITE).unwrap();
+        let qp = pd
+            .create_qp(&cq, &cq, QpType::Rc, QpCap::default())
+            .unwrap();
+        qp.init(Access::LOCAL_WRITE, 0).unwrap();
+        for i in 0..3 {
+            qp.post_recv(&RecvWr {
+                wr_id: i,
+                sg_list: vec![mr.sge(0, 8)],
+            })
+            .unwrap();
+        }
+        settle();
+        let mut out = Vec::new();
+        assert_eq!(cq.poll(&mut out, 8), 0);
+        // This thread's own call flushes the receives: no frame, no driver involved.
+        let mut err = qp.query().unwrap();
+        err.qp_state = QpState::Err;
+        qp.modify(&err, QpAttrMask::STATE).unwrap();
+        assert_eq!(cq.poll(&mut out, 8), 3, "{out:?}");
+        assert!(out.iter().all(|w| w.status == WcStatus::WrFlushErr));
+    }
+}
