@@ -14,6 +14,8 @@ use netlink_packet_route::link::LinkFlags;
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr as NlAddr};
 
+use super::interface::Interface;
+
 /// rtnetlink's multicast group of link changes (`RTNLGRP_LINK`).
 const RTNLGRP_LINK: u32 = 1;
 
@@ -22,14 +24,13 @@ const RTNLGRP_LINK: u32 = 1;
 pub struct OperState {
     socket: Socket,
     index: u32,
-    name: String,
     up: AtomicBool,
 }
 
 impl OperState {
-    /// Watches interface `name` (index `index`). Subscribes before it reads the current
+    /// Watches the interface of index `index`. Subscribes before it reads the current
     /// state, so no change between the two is missed.
-    pub fn watch(name: &str, index: u32) -> io::Result<OperState> {
+    pub fn watch(index: u32) -> io::Result<OperState> {
         let mut socket = Socket::new(NETLINK_ROUTE)?;
         socket.bind(&NlAddr::new(0, 0))?;
         socket.add_membership(RTNLGRP_LINK)?;
@@ -37,7 +38,6 @@ impl OperState {
         let w = OperState {
             socket,
             index,
-            name: name.to_string(),
             up: AtomicBool::new(false),
         };
         w.up.store(w.read_now(), Ordering::Relaxed);
@@ -70,8 +70,10 @@ impl OperState {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     // ENOBUFS: notifications were lost; the kernel's state is the truth.
+                    // (Any error ends the walk: one that repeats must not spin the driver.)
                     tracing::debug!(error = %e, "link notifications lost; reading the state");
                     self.up.store(self.read_now(), Ordering::Relaxed);
+                    break;
                 }
             }
         }
@@ -111,15 +113,13 @@ impl OperState {
         state
     }
 
-    /// The state the kernel reports now (sysfs): up with carrier.
+    /// The state the kernel reports now, by the rule every interface listing uses
+    /// ([`Interface::up`]).
     fn read_now(&self) -> bool {
-        let read = |f: &str| std::fs::read_to_string(format!("/sys/class/net/{}/{f}", self.name));
-        let admin_up = read("flags")
-            .ok()
-            .and_then(|s| u32::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok())
-            .is_some_and(|f| f & libc::IFF_UP as u32 != 0);
-        // `carrier` reads EINVAL while the interface is administratively down.
-        admin_up && read("carrier").is_ok_and(|s| s.trim() == "1")
+        Interface::all()
+            .iter()
+            .find(|i| i.index == self.index)
+            .is_some_and(|i| i.up)
     }
 }
 
@@ -147,16 +147,16 @@ mod tests {
 
     #[test]
     fn lo_is_up_and_an_unknown_interface_is_not() {
-        let lo = OperState::watch("lo", 1).expect("rtnetlink");
+        let lo = OperState::watch(1).expect("rtnetlink");
         assert!(lo.is_up(), "lo is up wherever the tests run");
         assert!(lo.refresh(), "no notification: no change");
-        let none = OperState::watch("ferroce-no-such-if", u32::MAX).expect("rtnetlink");
+        let none = OperState::watch(u32::MAX).expect("rtnetlink");
         assert!(!none.is_up());
     }
 
     #[test]
     fn notifications_about_our_interface_set_the_state_and_the_last_one_wins() {
-        let w = OperState::watch("lo", 7).expect("rtnetlink");
+        let w = OperState::watch(7).expect("rtnetlink");
         let up = LinkFlags::Up | LinkFlags::Running | LinkFlags::LowerUp;
         assert_eq!(w.state_in(&notification(7, up, false)), Some(true));
         // Administratively up without carrier (a veth whose peer is down): not active.

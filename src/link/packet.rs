@@ -101,7 +101,7 @@ impl PacketLink {
                 Err(e) => tracing::warn!(%addr, error = %e, "cannot bind UDP 4791 guard"),
             }
         }
-        let oper = OperState::watch(&iface.name, iface.index)
+        let oper = OperState::watch(iface.index)
             .map_err(|e| tracing::warn!(error = %e, iface = %iface.name, "cannot watch the interface's state; its port stays ACTIVE"))
             .ok();
         let link = PacketLink {
