@@ -62,9 +62,14 @@ impl Shared {
     /// API call down with it.
     pub fn endpoint(&self) -> EndpointGuard<'_> {
         EndpointGuard {
-            guard: self.endpoint.lock().unwrap_or_else(PoisonError::into_inner),
+            guard: self.lock_uncounted(),
             changes: &self.endpoint_changes,
         }
+    }
+
+    /// The lock itself, released without counting a change: only for taking completions.
+    fn lock_uncounted(&self) -> MutexGuard<'_, Endpoint> {
+        self.endpoint.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Moves up to `max` completions of CQ `cq` into `out`. When nothing has locked the
@@ -81,11 +86,7 @@ impl Shared {
         if mark.0.load(Ordering::Relaxed) == seen {
             return 0;
         }
-        let n = self
-            .endpoint
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .poll_cq(cq, out, max);
+        let n = self.lock_uncounted().poll_cq(cq, out, max);
         if n == 0 {
             mark.0.store(seen, Ordering::Relaxed);
         }

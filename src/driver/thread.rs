@@ -121,6 +121,7 @@ pub(super) fn run(s: &Shared) {
             }
         };
         s.wake.drain(ready);
+        // Bit 2: the link's state descriptor (bits 0 and 1 are the waker and the timer).
         if ready & 0b100 != 0 {
             s.check_port();
         }
