@@ -110,48 +110,57 @@ impl<'a> Frame<'a> {
     }
 }
 
+/// The IP and UDP layers of a RoCE v2 datagram (or of a UDP GSO super-datagram): IPv4 or
+/// IPv6 carrying UDP, not fragmented, with lengths that agree with each other and fit in
+/// `bytes`. Returns the headers, the datagram cut to its IP length, and the IP header's
+/// length. Bytes past the IP length are ignored; the UDP port is not looked at.
+pub(crate) fn ip_udp(bytes: &[u8]) -> Result<(IpHeader, UdpHeader, &[u8], usize)> {
+    let version = bytes.first().ok_or(Error::Truncated(Layer::Ip))? >> 4;
+    let (ip, ip_packet) = match version {
+        4 => {
+            let (h, _) = Ipv4Header::from_slice(bytes).map_err(ip_err)?;
+            let total = usize::from(h.total_len);
+            if total < h.header_len() || total > bytes.len() {
+                return Err(Error::BadIpLength);
+            }
+            if h.more_fragments || h.fragment_offset.value() != 0 {
+                return Err(Error::Fragmented);
+            }
+            if h.protocol != IpNumber::UDP {
+                return Err(Error::NotUdp(h.protocol.0));
+            }
+            (IpHeader::V4(h), &bytes[..total])
+        }
+        6 => {
+            let (h, _) = Ipv6Header::from_slice(bytes).map_err(ip6_err)?;
+            let total = Ipv6Header::LEN + usize::from(h.payload_length);
+            if total > bytes.len() {
+                return Err(Error::BadIpLength);
+            }
+            if h.next_header != IpNumber::UDP {
+                return Err(Error::NotUdp(h.next_header.0));
+            }
+            (IpHeader::V6(h), &bytes[..total])
+        }
+        _ => return Err(Error::BadIpHeader),
+    };
+    let ip_len = match &ip {
+        IpHeader::V4(h) => h.header_len(),
+        IpHeader::V6(_) => Ipv6Header::LEN,
+    };
+    let (udp, _) =
+        UdpHeader::from_slice(&ip_packet[ip_len..]).map_err(|_| Error::Truncated(Layer::Udp))?;
+    if usize::from(udp.length) != ip_packet.len() - ip_len {
+        return Err(Error::BadUdpLength);
+    }
+    Ok((ip, udp, ip_packet, ip_len))
+}
+
 impl<'a> Datagram<'a> {
     /// Parses an IPv4 or IPv6 packet down to a checked IB transport packet. Bytes past the
     /// IP length are ignored; the ICRC is not verified here.
     pub fn parse(bytes: &'a [u8]) -> Result<Datagram<'a>> {
-        let version = bytes.first().ok_or(Error::Truncated(Layer::Ip))? >> 4;
-        let (ip, ip_packet) = match version {
-            4 => {
-                let (h, _) = Ipv4Header::from_slice(bytes).map_err(ip_err)?;
-                let total = usize::from(h.total_len);
-                if total < h.header_len() || total > bytes.len() {
-                    return Err(Error::BadIpLength);
-                }
-                if h.more_fragments || h.fragment_offset.value() != 0 {
-                    return Err(Error::Fragmented);
-                }
-                if h.protocol != IpNumber::UDP {
-                    return Err(Error::NotUdp(h.protocol.0));
-                }
-                (IpHeader::V4(h), &bytes[..total])
-            }
-            6 => {
-                let (h, _) = Ipv6Header::from_slice(bytes).map_err(ip6_err)?;
-                let total = Ipv6Header::LEN + usize::from(h.payload_length);
-                if total > bytes.len() {
-                    return Err(Error::BadIpLength);
-                }
-                if h.next_header != IpNumber::UDP {
-                    return Err(Error::NotUdp(h.next_header.0));
-                }
-                (IpHeader::V6(h), &bytes[..total])
-            }
-            _ => return Err(Error::BadIpHeader),
-        };
-        let ip_len = match &ip {
-            IpHeader::V4(h) => h.header_len(),
-            IpHeader::V6(_) => Ipv6Header::LEN,
-        };
-        let (udp, _) = UdpHeader::from_slice(&ip_packet[ip_len..])
-            .map_err(|_| Error::Truncated(Layer::Udp))?;
-        if usize::from(udp.length) != ip_packet.len() - ip_len {
-            return Err(Error::BadUdpLength);
-        }
+        let (ip, udp, ip_packet, ip_len) = ip_udp(bytes)?;
         if udp.destination_port != ROCE_V2_PORT {
             return Err(Error::NotRoce(udp.destination_port));
         }

@@ -18,8 +18,7 @@
 
 use crate::{Error, Layer, Result};
 
-/// IPv4 and UDP header sizes without options; IPv6's fixed header.
-const IPV4_MIN: usize = 20;
+/// IPv6's fixed header and the UDP header.
 const IPV6_LEN: usize = 40;
 const UDP_LEN: usize = 8;
 /// The smallest RoCE v2 packet: a BTH (12 bytes) and the ICRC (4).
@@ -37,47 +36,17 @@ struct Layout {
     payload: usize,
 }
 
+/// The IP and UDP layers are checked as every RoCE datagram's are (`frame::ip_udp`); a
+/// super-datagram must also end where its IP length says.
 fn layout(ip_packet: &[u8]) -> Result<Layout> {
-    let b0 = *ip_packet.first().ok_or(Error::Truncated(Layer::Ip))?;
-    let (ip_len, ipv6, total) = match b0 >> 4 {
-        4 => {
-            let ihl = usize::from(b0 & 0x0f) * 4;
-            if ihl < IPV4_MIN {
-                return Err(Error::BadIpHeader);
-            }
-            let h = ip_packet.get(..ihl).ok_or(Error::Truncated(Layer::Ip))?;
-            if h[9] != 17 {
-                return Err(Error::NotUdp(h[9]));
-            }
-            // More fragments, or an offset: never RoCE.
-            if u16::from_be_bytes([h[6], h[7]]) & 0x3fff != 0 {
-                return Err(Error::Fragmented);
-            }
-            (ihl, false, usize::from(u16::from_be_bytes([h[2], h[3]])))
-        }
-        6 => {
-            let h = ip_packet
-                .get(..IPV6_LEN)
-                .ok_or(Error::Truncated(Layer::Ip))?;
-            if h[6] != 17 {
-                return Err(Error::NotUdp(h[6]));
-            }
-            let payload = usize::from(u16::from_be_bytes([h[4], h[5]]));
-            (IPV6_LEN, true, IPV6_LEN + payload)
-        }
-        _ => return Err(Error::BadIpHeader),
-    };
-    if total != ip_packet.len() || total < ip_len + UDP_LEN {
+    let (ip, _, whole, ip_len) = crate::frame::ip_udp(ip_packet)?;
+    if whole.len() != ip_packet.len() {
         return Err(Error::BadIpLength);
-    }
-    let udp = &ip_packet[ip_len..ip_len + UDP_LEN];
-    if usize::from(u16::from_be_bytes([udp[4], udp[5]])) != total - ip_len {
-        return Err(Error::BadUdpLength);
     }
     Ok(Layout {
         ip_len,
-        ipv6,
-        payload: total - ip_len - UDP_LEN,
+        ipv6: matches!(ip, crate::IpHeader::V6(_)),
+        payload: whole.len() - ip_len - UDP_LEN,
     })
 }
 
