@@ -89,9 +89,7 @@ impl Segments<'_> {
     /// `None` after the last, or when `out` is shorter than [`Segments::max_len`].
     pub fn next_into(&mut self, out: &mut [u8]) -> Option<usize> {
         let Layout {
-            ip_len,
-            ipv6,
-            payload,
+            ip_len, payload, ..
         } = self.layout;
         let i = self.next;
         let start = i.checked_mul(self.gso_size)?;
@@ -104,14 +102,134 @@ impl Segments<'_> {
         let out = out.get_mut(..total)?;
         out[..headers].copy_from_slice(&self.whole[..headers]);
         out[headers..].copy_from_slice(&self.whole[headers + start..headers + start + len]);
-        set_lengths(out, ip_len, ipv6, total);
-        if !ipv6 {
-            let id = u16::from_be_bytes([out[4], out[5]]).wrapping_add(i as u16);
-            out[4..6].copy_from_slice(&id.to_be_bytes());
-            crate::ipv4::fill_header_checksum(out);
-        }
+        finish_segment(out, self.layout, i);
         self.next += 1;
         Some(total)
+    }
+}
+
+/// Gives segment `i` (the IP datagram `seg`, headers copied from the super-datagram) its
+/// own lengths and, for IPv4, its identification and header checksum.
+fn finish_segment(seg: &mut [u8], layout: Layout, i: usize) {
+    set_lengths(seg, layout.ip_len, layout.ipv6, seg.len());
+    if !layout.ipv6 {
+        let id = u16::from_be_bytes([seg[4], seg[5]]).wrapping_add(i as u16);
+        seg[4..6].copy_from_slice(&id.to_be_bytes());
+        crate::ipv4::fill_header_checksum(seg);
+    }
+}
+
+/// Most bytes in front of a super-datagram that [`split_in_place`] copies with it: an
+/// Ethernet header with one VLAN tag.
+pub const MAX_LINK_HEADER: usize = 18;
+
+/// Splits a received super-frame where it lies: `frame` holds `link` bytes of link-layer
+/// header, then a UDP super-datagram whose segments carry `gso_size` bytes of payload
+/// each. Each segment is rebuilt in place, as it would have travelled alone (link header,
+/// IP and UDP headers with its own identification and lengths, then its payload), and
+/// handed to `f` before the next is built; returns how many there were.
+///
+/// No payload byte moves: segment `i`'s headers are written over the last bytes of
+/// segment `i - 1`, which `f` has seen by then. So `f` must not keep what it is given.
+pub fn split_in_place(
+    frame: &mut [u8],
+    link: usize,
+    gso_size: usize,
+    f: &mut dyn FnMut(&[u8]),
+) -> Result<usize> {
+    if link > MAX_LINK_HEADER {
+        return Err(Error::Truncated(Layer::Ip));
+    }
+    let layout = layout(frame.get(link..).ok_or(Error::Truncated(Layer::Ip))?)?;
+    if gso_size < MIN_SEGMENT || layout.payload == 0 {
+        return Err(Error::BadUdpLength);
+    }
+    let headers = link + layout.ip_len + UDP_LEN;
+    let mut saved = [0u8; MAX_LINK_HEADER + 60 + UDP_LEN];
+    saved[..headers].copy_from_slice(&frame[..headers]);
+    let count = layout.payload.div_ceil(gso_size);
+    for i in 0..count {
+        let start = headers + i * gso_size;
+        let len = gso_size.min(layout.payload - i * gso_size);
+        let seg = &mut frame[start - headers..start + len];
+        seg[..headers].copy_from_slice(&saved[..headers]);
+        finish_segment(&mut seg[link..], layout, i);
+        f(seg);
+    }
+    Ok(count)
+}
+
+/// The first datagram of a run a sender wants to join into one super-datagram (see
+/// [`RunHead::accepts`] and [`RunHead::make_super`]).
+#[derive(Debug, Clone, Copy)]
+pub struct RunHead {
+    layout: Layout,
+    id: u16,
+}
+
+impl RunHead {
+    /// `first` (an IP datagram) as the head of a run, or `None` if it cannot be one.
+    pub fn new(first: &[u8]) -> Option<RunHead> {
+        let layout = layout(first).ok()?;
+        (layout.payload >= MIN_SEGMENT).then(|| RunHead {
+            layout,
+            id: u16::from_be_bytes([first[4], first[5]]),
+        })
+    }
+
+    /// Bytes of IP and UDP header each segment carries.
+    pub fn header_len(&self) -> usize {
+        self.layout.ip_len + UDP_LEN
+    }
+
+    /// Payload bytes per segment (the `gso_size`).
+    pub fn segment_size(&self) -> usize {
+        self.layout.payload
+    }
+
+    /// Whether `seg` can be segment `index` of the run `first` heads — same flow, every
+    /// header field the same but the lengths, checksums and an identification `index`
+    /// above the first's — so that cutting the super-datagram gives back `seg` exactly:
+    /// `Some(true)` for a segment of full size (the run may go on), `Some(false)` for a
+    /// shorter one (it must end the run), `None` if it cannot join.
+    pub fn accepts(&self, first: &[u8], seg: &[u8], index: usize) -> Option<bool> {
+        let l = layout(seg).ok()?;
+        if l.ip_len != self.layout.ip_len
+            || l.ipv6 != self.layout.ipv6
+            || l.payload == 0
+            || l.payload > self.layout.payload
+            || !same_flow(first, seg, l)
+        {
+            return None;
+        }
+        if !l.ipv6 && u16::from_be_bytes([seg[4], seg[5]]) != self.id.wrapping_add(index as u16) {
+            return None;
+        }
+        Some(l.payload == self.layout.payload)
+    }
+
+    /// Rewrites `first`'s IP and UDP headers (in place) into those of a super-datagram with
+    /// `payload` bytes of UDP payload in all, as a kernel asked to cut it (UDP GSO with
+    /// checksum offload) expects: lengths of the whole, a valid IPv4 header checksum and
+    /// in the UDP checksum field the pseudo-header sum, not complemented. `BufferTooSmall`
+    /// if the whole would exceed an IP datagram.
+    pub fn make_super(&self, first: &mut [u8], payload: usize) -> Result<()> {
+        let Layout { ip_len, ipv6, .. } = self.layout;
+        let total = ip_len + UDP_LEN + payload;
+        let ip_length = if ipv6 { total - IPV6_LEN } else { total };
+        if ip_length > MAX_IP || first.len() < ip_len + UDP_LEN {
+            return Err(Error::BufferTooSmall);
+        }
+        set_lengths(first, ip_len, ipv6, total);
+        crate::ipv4::fill_header_checksum(first);
+        let udp_len = (total - ip_len) as u32;
+        let addrs = if ipv6 { &first[8..40] } else { &first[12..20] };
+        let mut s = u32::from(crate::ipv4::sum(addrs)) + 17 + (udp_len >> 16) + (udp_len & 0xffff);
+        while s > 0xffff {
+            s = (s & 0xffff) + (s >> 16);
+        }
+        first[ip_len + 6..ip_len + 8].copy_from_slice(&(s as u16).to_be_bytes());
+        Ok(())
     }
 }
 
@@ -348,6 +466,104 @@ mod tests {
         assert_eq!(s.next_into(&mut [0; 64]), None);
     }
 
+    /// The pieces as a sender joins them: a run head, every segment accepted, the first's
+    /// headers turned into the super header, then the other payloads behind it.
+    fn join(parts: &[Vec<u8>]) -> (Vec<u8>, usize) {
+        let head = RunHead::new(&parts[0]).unwrap();
+        for (i, p) in parts.iter().enumerate() {
+            let last = i + 1 == parts.len();
+            assert_eq!(
+                head.accepts(&parts[0], p, i),
+                Some(!last || p.len() == parts[0].len())
+            );
+        }
+        let mut first = parts[0].clone();
+        let h = head.header_len();
+        let payload: usize = parts.iter().map(|p| p.len() - h).sum();
+        head.make_super(&mut first, payload).unwrap();
+        for p in &parts[1..] {
+            first.extend_from_slice(&p[h..]);
+        }
+        (first, head.segment_size())
+    }
+
+    #[test]
+    fn a_run_joined_by_the_sender_splits_in_place_into_the_original_frames() {
+        for ipv6 in [false, true] {
+            let parts: Vec<Vec<u8>> = (0..5)
+                .map(|i| {
+                    let len = if i == 4 { 100 } else { 1024 };
+                    datagram(7 + i, len, 0xfffd_u16.wrapping_add(i as u16), ipv6)
+                })
+                .collect();
+            let (whole, gso) = join(&parts);
+            // The pseudo-header sum a kernel cutting it up starts from.
+            let udp = if ipv6 { 40 } else { 20 };
+            let udp_len = (whole.len() - udp) as u32;
+            let addrs = if ipv6 { &whole[8..40] } else { &whole[12..20] };
+            let mut want = u32::from(crate::ipv4::sum(addrs)) + 17 + udp_len;
+            while want > 0xffff {
+                want = (want & 0xffff) + (want >> 16);
+            }
+            assert_eq!(
+                u16::from_be_bytes([whole[udp + 6], whole[udp + 7]]),
+                want as u16
+            );
+            assert!(crate::ipv4::header_checksum_ok(&whole));
+            // As received: an Ethernet header in front.
+            let mut frame = vec![0xee; 14];
+            frame.extend_from_slice(&whole);
+            let mut got = Vec::new();
+            let n = split_in_place(&mut frame, 14, gso, &mut |seg| got.push(seg.to_vec())).unwrap();
+            assert_eq!(n, 5);
+            for (seg, part) in got.iter().zip(&parts) {
+                assert_eq!(&seg[..14], &[0xee; 14]);
+                let mut part = part.clone();
+                part[udp + 6..udp + 8].copy_from_slice(&[0, 0]);
+                assert_eq!(&seg[14..], &part[..]);
+                assert!(crate::Datagram::parse(&seg[14..]).unwrap().icrc_ok());
+            }
+        }
+    }
+
+    #[test]
+    fn a_run_refuses_what_would_not_split_back() {
+        let a = datagram(1, 512, 7, false);
+        let head = RunHead::new(&a).unwrap();
+        assert_eq!(head.accepts(&a, &datagram(2, 512, 9, false), 1), None);
+        assert_eq!(head.accepts(&a, &datagram(2, 1024, 8, false), 1), None);
+        assert_eq!(head.accepts(&a, &datagram(2, 512, 8, true), 1), None);
+        let mut other = datagram(2, 512, 8, false);
+        other[16] ^= 1; // destination address
+        assert_eq!(head.accepts(&a, &other, 1), None);
+        assert_eq!(
+            head.accepts(&a, &datagram(2, 300, 8, false), 1),
+            Some(false)
+        );
+        assert_eq!(head.accepts(&a, &a[..30], 1), None);
+        assert!(RunHead::new(&a[..40]).is_none());
+        let mut first = a.clone();
+        assert_eq!(
+            head.make_super(&mut first, 65536),
+            Err(Error::BufferTooSmall)
+        );
+    }
+
+    #[test]
+    fn splitting_in_place_refuses_malformed_input() {
+        let parts: Vec<Vec<u8>> = (0..2).map(|i| datagram(i, 512, i as u16, false)).collect();
+        let (whole, gso) = join(&parts);
+        let mut frame = vec![0; 14];
+        frame.extend_from_slice(&whole);
+        let mut calls = 0;
+        let mut count = |_: &[u8]| calls += 1;
+        assert!(split_in_place(&mut frame.clone(), 14, 15, &mut count).is_err());
+        assert!(split_in_place(&mut frame.clone(), 19, gso, &mut count).is_err());
+        assert!(split_in_place(&mut frame[..100].to_vec(), 14, gso, &mut count).is_err());
+        assert!(split_in_place(&mut [0; 10], 14, gso, &mut count).is_err());
+        assert_eq!(calls, 0);
+    }
+
     /// Walks every segment of `bytes`, checking the bounds a hostile input must keep.
     fn walk(
         bytes: &[u8],
@@ -386,6 +602,20 @@ mod tests {
                 whole[i] ^= x;
             }
             walk(&whole, (gso as i64 + gso_delta).max(0) as usize)?;
+        }
+
+        #[test]
+        fn splitting_in_place_never_panics_and_stays_within_the_frame(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..3000),
+            gso in 0usize..2000,
+            link in 0usize..20,
+        ) {
+            let mut frame = bytes.clone();
+            let mut total = 0;
+            if let Ok(n) = split_in_place(&mut frame, link, gso, &mut |seg| total += seg.len()) {
+                proptest::prop_assert!(n <= bytes.len() / MIN_SEGMENT + 1);
+                proptest::prop_assert!(total <= n * (MAX_LINK_HEADER + 68) + bytes.len());
+            }
         }
 
         #[test]

@@ -2,7 +2,7 @@
 //! (with TTL and TOS) because routers rewrite it, so a receiver has to check it itself.
 
 /// The ones' complement sum of the header's 16-bit words, folded.
-fn sum(header: &[u8]) -> u16 {
+pub(crate) fn sum(header: &[u8]) -> u16 {
     let mut s: u32 = header
         .chunks(2)
         .map(|w| u32::from(u16::from_be_bytes([w[0], w.get(1).copied().unwrap_or(0)])))
