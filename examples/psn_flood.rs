@@ -49,8 +49,8 @@ fn main() {
         outgoing_to_self: false,
         blocks: Some(Vec::new()),
     });
-    let link =
-        RawSocket::open(iface.index, 2048, RingUse::None, &nothing).expect("AF_PACKET (root?)");
+    let link = RawSocket::open(iface.index, 2048, RingUse::None, &nothing, false)
+        .expect("AF_PACKET (root?)");
 
     let mut x: u64 = Instant::now().elapsed().as_nanos() as u64 ^ 0x9e37_79b9_7f4a_7c15;
     let mut next = || {

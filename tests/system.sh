@@ -10,7 +10,8 @@
 #           (tests/rdma_core/run.sh); then many processes on one interface: server and
 #           client on one veth end and on lo (ferroce's tools and, on the library, Debian's
 #           ib_write_bw, ib_send_lat, ibv_rc_pingpong), an 8-process all-to-all mesh with
-#           one SIGKILLed, and what is left behind (tests/netns/many_procs.sh)
+#           one SIGKILLed, and what is left behind (tests/netns/many_procs.sh); the UDP
+#           GSO data path at both MTUs (tests/netns/gso.sh)
 #   dcqcn   two ferroce flows through a router namespace's htb + RED ECN bottleneck, DCQCN
 #           on and off: utilisation, fairness, marks not drops (tests/dcqcn/run.sh)
 #   interop ferroce <-> Linux rxe with rdma-core's ibv_*_pingpong, both roles, sizes, MTUs,
@@ -81,6 +82,8 @@ if (cd "$root" && cargo build --release --quiet -p ferroce-ibverbs --lib); then
   OUT=$out bash "$here/netns/libibverbs.sh" "$bin" | tee "$out/libibverbs.txt"
   echo "[system] rdma-core's own test suite on ferroce's libibverbs"
   OUT=$out bash "$here/rdma_core/run.sh" "$bin" | tee "$out/rdma-core.txt"
+  echo "[system] the UDP GSO data path between two namespaces"
+  OUT=$out bash "$here/netns/gso.sh" "$bin" | tee "$out/gso.txt"
   echo "[system] many processes on one interface (veth and lo), 8-rank mesh with a SIGKILL"
   OUT=$out bash "$here/netns/many_procs.sh" "$bin" | tee "$out/many-procs.txt"
 else

@@ -9,7 +9,9 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use super::bpf::SockFilter;
+use super::gso::Run;
 use super::packet_ring::Rings;
+use super::vnet::{self, VnetHdr};
 
 /// Which PACKET_MMAP rings a socket asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +44,13 @@ pub struct RawSocket {
     rings: Option<Rings>,
     fd: OwnedFd,
     ifindex: u32,
+    /// Every frame in and out carries a virtio-net header (PACKET_VNET_HDR).
+    vnet: bool,
 }
+
+/// `PACKET_VNET_HDR` and `PACKET_COPY_THRESH` (linux/if_packet.h).
+const PACKET_VNET_HDR: libc::c_int = 15;
+const PACKET_COPY_THRESH: libc::c_int = 7;
 
 fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
     if ret < 0 {
@@ -72,12 +80,16 @@ const SOCKET_BUFFER: i32 = 16 << 20;
 impl RawSocket {
     /// Opens a raw socket on interface `ifindex` that receives the frames `filter` accepts
     /// (see [`super::bpf::roce_filter`]), of up to `max_frame` bytes. With `rings`, frames
-    /// move through PACKET_MMAP rings when the kernel grants them.
+    /// move through PACKET_MMAP rings when the kernel grants them. With `vnet` (only with
+    /// a receive ring and no transmit ring), every frame carries a virtio-net header if the
+    /// kernel allows it ([`RawSocket::has_vnet`]): super-frames larger than a ring frame
+    /// then come through the socket's queue instead of being cut short.
     pub fn open(
         ifindex: u32,
         max_frame: usize,
         rings: RingUse,
         filter: &[SockFilter],
+        vnet: bool,
     ) -> io::Result<RawSocket> {
         // SAFETY: plain socket(2) call; the result is checked before use.
         let raw = check(unsafe {
@@ -106,9 +118,17 @@ impl RawSocket {
             }
         }
 
+        // Before the rings, which fix the frame layout. A frame too large for a ring frame
+        // is queued whole on the socket (the ring slot says TP_STATUS_COPY).
+        let vnet = vnet
+            && rings == RingUse::Rx
+            && setsockopt(raw, libc::SOL_PACKET, PACKET_VNET_HDR, &1i32)
+                .map_err(|e| tracing::debug!(error = %e, "no virtio-net header"))
+                .is_ok()
+            && setsockopt(raw, libc::SOL_PACKET, PACKET_COPY_THRESH, &1i32).is_ok();
         // Rings are set up before bind, so the first frame already lands in one.
         let rings = if rings != RingUse::None {
-            Rings::new(raw, max_frame, rings == RingUse::Both)
+            Rings::new(raw, max_frame, rings == RingUse::Both, vnet)
                 .map_err(|e| tracing::debug!(error = %e, "no PACKET_MMAP rings; using recvmmsg/sendmmsg"))
                 .ok()
         } else {
@@ -128,7 +148,17 @@ impl RawSocket {
                 std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
             )
         })?;
-        Ok(RawSocket { rings, fd, ifindex })
+        if vnet && rings.is_none() {
+            return Err(io::Error::other(
+                "a virtio-net header needs the receive ring",
+            ));
+        }
+        Ok(RawSocket {
+            rings,
+            fd,
+            ifindex,
+            vnet,
+        })
     }
 
     /// Replaces the socket's filter; the kernel swaps it atomically, so no frame is judged
@@ -163,6 +193,11 @@ impl RawSocket {
         self.rings.as_ref()
     }
 
+    /// Whether frames carry a virtio-net header ([`super::vnet`]).
+    pub fn has_vnet(&self) -> bool {
+        self.vnet
+    }
+
     /// The interface index the socket is bound to.
     pub fn ifindex(&self) -> u32 {
         self.ifindex
@@ -170,8 +205,25 @@ impl RawSocket {
 
     /// Sends one Ethernet frame. `Ok(false)` when the socket buffer is full (try later).
     pub fn send(&self, frame: &[u8]) -> io::Result<bool> {
-        // SAFETY: `frame` is a valid readable slice of the given length.
-        let ret = unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+        let none = VnetHdr::NONE.encode();
+        let mut iov = [
+            libc::iovec {
+                iov_base: none.as_ptr() as *mut libc::c_void,
+                iov_len: none.len(),
+            },
+            libc::iovec {
+                iov_base: frame.as_ptr() as *mut libc::c_void,
+                iov_len: frame.len(),
+            },
+        ];
+        let skip = usize::from(!self.vnet);
+        // SAFETY: msghdr is plain old data; all-zero is valid.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov[skip..].as_mut_ptr();
+        msg.msg_iovlen = 2 - skip;
+        // SAFETY: `msg` points to one or two iovecs over live buffers (the header and
+        // `frame`) that the kernel only reads.
+        let ret = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, 0) };
         if ret < 0 {
             let e = io::Error::last_os_error();
             return match e.kind() {
@@ -222,6 +274,9 @@ pub const MAX_BATCH: usize = 64;
 /// what the kernel or the other direction changes: lengths and the address fields.
 pub struct MmsgHeaders {
     iov: Box<[libc::iovec; MAX_BATCH]>,
+    /// Transmit with virtio-net headers: each message's header, then its frames.
+    tx_iov: Box<[libc::iovec; 2 * MAX_BATCH]>,
+    vnet: Box<[[u8; vnet::LEN]; MAX_BATCH]>,
     from: Box<[libc::sockaddr_ll; MAX_BATCH]>,
     msgs: Box<[libc::mmsghdr; MAX_BATCH]>,
     /// Start and slot size of the buffer the headers point into.
@@ -244,6 +299,8 @@ impl MmsgHeaders {
         let mut h = unsafe {
             MmsgHeaders {
                 iov: Box::new(std::mem::zeroed()),
+                tx_iov: Box::new(std::mem::zeroed()),
+                vnet: Box::new([[0; vnet::LEN]; MAX_BATCH]),
                 from: Box::new(std::mem::zeroed()),
                 msgs: Box::new(std::mem::zeroed()),
                 base: data.as_mut_ptr(),
@@ -286,6 +343,8 @@ impl RawSocket {
         for i in 0..n {
             headers.iov[i].iov_len = headers.slot;
             let m = &mut headers.msgs[i];
+            m.msg_hdr.msg_iov = &mut headers.iov[i];
+            m.msg_hdr.msg_iovlen = 1;
             m.msg_hdr.msg_name = (&mut headers.from[i] as *mut libc::sockaddr_ll).cast();
             m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as u32;
             m.msg_hdr.msg_flags = 0;
@@ -338,12 +397,78 @@ impl RawSocket {
         for (i, &len) in lens.iter().enumerate().take(n) {
             headers.iov[i].iov_len = len.min(headers.slot);
             let m = &mut headers.msgs[i];
+            m.msg_hdr.msg_iov = &mut headers.iov[i];
+            m.msg_hdr.msg_iovlen = 1;
             m.msg_hdr.msg_name = std::ptr::null_mut();
             m.msg_hdr.msg_namelen = 0;
         }
+        // SAFETY: `msgs[..n]` point to iovecs over slots of `data` (checked above to be the
+        // buffer the headers were built for), which the kernel only reads.
+        unsafe { self.sendmmsg(headers, n) }
+    }
+
+    /// Sends the frames of `data` (frame `i` is `lens[i]` bytes of slot `i`) as the
+    /// messages `runs` describe, each with its virtio-net header: a run of one frame as it
+    /// is, a longer one as one super-frame made of the first frame (whose headers
+    /// [`super::gso::plan`] rewrote) and the payloads of the others. Returns how many
+    /// frames went (0 when the socket buffer is full); an error if the first message was
+    /// refused.
+    pub fn send_runs(
+        &self,
+        data: &[u8],
+        headers: &mut MmsgHeaders,
+        lens: &[usize],
+        runs: &[Run],
+    ) -> io::Result<usize> {
+        assert!(
+            self.vnet
+                && std::ptr::eq(data.as_ptr(), headers.base)
+                && data.len() >= headers.slots * headers.slot
+                && lens.len() <= headers.slots
+                && runs.len() <= lens.len()
+        );
+        let mut at = 0;
+        for (m, run) in runs.iter().enumerate() {
+            headers.vnet[m] = run.vnet.encode();
+            let first_iov = at;
+            headers.tx_iov[at] = libc::iovec {
+                iov_base: headers.vnet[m].as_mut_ptr().cast(),
+                iov_len: vnet::LEN,
+            };
+            at += 1;
+            for (k, &len) in lens.iter().enumerate().skip(run.first).take(run.count) {
+                let len = len.min(headers.slot);
+                let skip = if k == run.first { 0 } else { run.skip.min(len) };
+                headers.tx_iov[at] = libc::iovec {
+                    // SAFETY: slot `k` lies inside `data` (k < lens.len() <= slots) and
+                    // `skip <= len <= slot`.
+                    iov_base: unsafe { headers.base.add(k * headers.slot + skip) }.cast(),
+                    iov_len: len - skip,
+                };
+                at += 1;
+            }
+            let msg = &mut headers.msgs[m].msg_hdr;
+            msg.msg_iov = &mut headers.tx_iov[first_iov];
+            msg.msg_iovlen = at - first_iov;
+            msg.msg_name = std::ptr::null_mut();
+            msg.msg_namelen = 0;
+        }
+        // SAFETY: `msgs[..runs.len()]` point to iovecs over the message headers in
+        // `headers.vnet` and over slots of `data` (checked above to be the buffer the
+        // headers were built for); the kernel only reads them. Runs cover disjoint frames,
+        // so at most one header and one frame iovec per frame: `at <= 2 * MAX_BATCH`.
+        let sent = unsafe { self.sendmmsg(headers, runs.len())? };
+        Ok(runs[..sent].iter().map(|r| r.count).sum())
+    }
+
+    /// sendmmsg(2) of the first `n` messages of `headers`; how many the kernel took (0
+    /// when the socket buffer is full).
+    ///
+    /// # Safety
+    /// Each of those messages must point to iovecs over live, readable memory.
+    unsafe fn sendmmsg(&self, headers: &mut MmsgHeaders, n: usize) -> io::Result<usize> {
         loop {
-            // SAFETY: `msgs[..n]` point to iovecs over slots of `data` (checked above to be
-            // the buffer the headers were built for), which the kernel only reads.
+            // SAFETY: the caller vouches for the messages' buffers.
             let ret = unsafe {
                 libc::sendmmsg(
                     self.fd.as_raw_fd(),

@@ -1,4 +1,9 @@
 //! An in-memory wire: two ends, each a [`Link`], for tests and demos without privileges.
+//!
+//! [`MemoryLink::gso_pair`] makes a wire that carries what a veth carries with UDP GSO:
+//! runs of frames joined into super-frames by the same code as the packet link
+//! ([`super::gso`]) and split on arrival, with a hook that drops, duplicates, reorders or
+//! damages super-frames — deterministic tests of the GSO path without privileges.
 
 use std::collections::VecDeque;
 use std::io;
@@ -6,18 +11,46 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex};
 
 use super::eventfd::EventFd;
-use super::Link;
+use super::gso::{self, Run};
+use super::vnet::VnetHdr;
+use super::{FrameBatch, Link, MAX_FRAME};
 
 /// One end of an in-memory wire: frames sent on one end queue at the other.
 pub struct MemoryLink {
     mac: [u8; 6],
     inbox: Arc<Inbox>,
     peer: Arc<Inbox>,
+    /// Super-frame mode: what happens to each super-frame this end sends.
+    gso: Option<Mutex<SuperWire>>,
 }
 
 struct Inbox {
-    frames: Mutex<VecDeque<Vec<u8>>>,
+    frames: Mutex<VecDeque<(Vec<u8>, VnetHdr)>>,
     ready: EventFd,
+}
+
+/// What the wire does to the `n`th super-frame one end sends (counting from 0); the
+/// hook may also change its bytes (a damaged segment fails its ICRC: a lost packet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    /// Delivered.
+    Deliver,
+    /// Lost whole.
+    Drop,
+    /// Delivered twice.
+    Duplicate,
+    /// Delivered after the next super-frame.
+    Hold,
+}
+
+/// The hook of a [`MemoryLink::gso_pair`].
+pub type SuperFault = Box<dyn FnMut(u64, &mut Vec<u8>) -> Fate + Send>;
+
+struct SuperWire {
+    fault: SuperFault,
+    sent: u64,
+    held: Option<(Vec<u8>, VnetHdr)>,
+    runs: Vec<Run>,
 }
 
 /// Frames queued per direction before the wire drops (like a full NIC ring).
@@ -38,13 +71,45 @@ impl MemoryLink {
                 mac: mac_a,
                 inbox: ia.clone(),
                 peer: ib.clone(),
+                gso: None,
             },
             MemoryLink {
                 mac: mac_b,
                 inbox: ib,
                 peer: ia,
+                gso: None,
             },
         ))
+    }
+
+    /// Two ends of a wire that joins runs of frames into UDP super-frames, passes each
+    /// through its end's hook, and splits them on arrival.
+    pub fn gso_pair(
+        mac_a: [u8; 6],
+        mac_b: [u8; 6],
+        fault_a: SuperFault,
+        fault_b: SuperFault,
+    ) -> io::Result<(MemoryLink, MemoryLink)> {
+        let (mut a, mut b) = MemoryLink::pair(mac_a, mac_b)?;
+        let wire = |fault| {
+            Some(Mutex::new(SuperWire {
+                fault,
+                sent: 0,
+                held: None,
+                runs: vec![Run::default(); super::af_packet::MAX_BATCH],
+            }))
+        };
+        a.gso = wire(fault_a);
+        b.gso = wire(fault_b);
+        Ok((a, b))
+    }
+
+    fn push(&self, frame: Vec<u8>, vnet: VnetHdr) {
+        let mut q = self.peer.frames.lock().expect("inbox lock");
+        // A full queue drops the frame, as a wire would; retransmission recovers.
+        if q.len() < MEMORY_QUEUE {
+            q.push_back((frame, vnet));
+        }
     }
 }
 
@@ -53,19 +118,14 @@ impl Link for MemoryLink {
         self.mac
     }
     fn send(&self, frame: &[u8]) -> io::Result<bool> {
-        let mut q = self.peer.frames.lock().expect("inbox lock");
-        if q.len() < MEMORY_QUEUE {
-            q.push_back(frame.to_vec());
-        }
-        // A full queue drops the frame, as a wire would; retransmission recovers.
-        drop(q);
+        self.push(frame.to_vec(), VnetHdr::NONE);
         self.peer.ready.wake();
         Ok(true)
     }
     fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         let mut q = self.inbox.frames.lock().expect("inbox lock");
         match q.pop_front() {
-            Some(f) => {
+            Some((f, _)) => {
                 let n = f.len().min(buf.len());
                 buf[..n].copy_from_slice(&f[..n]);
                 Ok(Some(n))
@@ -75,6 +135,70 @@ impl Link for MemoryLink {
                 Ok(None)
             }
         }
+    }
+    fn send_batch(&self, batch: &mut FrameBatch) -> io::Result<usize> {
+        let Some(wire) = &self.gso else {
+            for i in 0..batch.len() {
+                self.send(batch.frame(i))?;
+            }
+            return Ok(batch.len());
+        };
+        let mut wire = wire.lock().expect("wire lock");
+        let w = &mut *wire;
+        let n = batch.len();
+        let m = gso::plan(
+            &mut batch.data,
+            MAX_FRAME,
+            &batch.lens[..n],
+            true,
+            &mut w.runs,
+        );
+        for r in &w.runs[..m] {
+            let mut whole = batch.frame(r.first).to_vec();
+            for k in r.first + 1..r.first + r.count {
+                whole.extend_from_slice(&batch.frame(k)[r.skip..]);
+            }
+            if r.count == 1 {
+                self.push(whole, r.vnet);
+                continue;
+            }
+            let fate = (w.fault)(w.sent, &mut whole);
+            w.sent += 1;
+            match fate {
+                Fate::Deliver => self.push(whole, r.vnet),
+                Fate::Drop => {}
+                Fate::Duplicate => {
+                    self.push(whole.clone(), r.vnet);
+                    self.push(whole, r.vnet);
+                }
+                Fate::Hold => {
+                    if let Some((f, v)) = w.held.replace((whole, r.vnet)) {
+                        self.push(f, v);
+                    }
+                    continue;
+                }
+            }
+            if let Some((f, v)) = w.held.take() {
+                self.push(f, v);
+            }
+        }
+        self.peer.ready.wake();
+        Ok(n)
+    }
+    fn recv_each(&self, batch: &mut FrameBatch, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+        let mut taken = 0;
+        while taken < batch.capacity() {
+            let mut q = self.inbox.frames.lock().expect("inbox lock");
+            let Some((mut frame, vnet)) = q.pop_front() else {
+                // Under the lock: a frame queued after this is woken for again.
+                self.inbox.ready.drain();
+                break;
+            };
+            drop(q);
+            gso::split_received(&mut frame, vnet, f);
+            taken += 1;
+        }
+        Ok(taken)
     }
     fn fd(&self) -> RawFd {
         self.inbox.ready.as_raw_fd()

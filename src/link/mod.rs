@@ -19,6 +19,7 @@ pub mod af_packet;
 mod batch;
 pub mod bpf;
 pub mod eventfd;
+pub mod gso;
 pub mod interface;
 mod memory;
 pub mod oper_state;
@@ -28,9 +29,10 @@ pub mod sched;
 pub mod share;
 pub mod timerfd;
 pub mod udp_guard;
+pub mod vnet;
 
 pub use batch::{FrameBatch, TxOutcome, MAX_FRAME, MIN_SLOT};
-pub use memory::MemoryLink;
+pub use memory::{Fate, MemoryLink, SuperFault};
 pub use packet::{LinkError, PacketLink};
 pub use share::LinkUsers;
 
@@ -73,6 +75,10 @@ pub trait Link: Send + Sync + 'static {
     /// How many processes and QPs use the link's interface, if it is shared.
     fn users(&self) -> Option<LinkUsers> {
         None
+    }
+    /// The link's own counters (super-frames sent and split, ...), for `--stats`.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
     }
     /// How frames move, for `--stats` and logs: "rx=… tx=…".
     fn io_mode(&self) -> &'static str {

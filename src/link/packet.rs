@@ -5,14 +5,17 @@ use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
-use super::af_packet::{RawSocket, RingUse};
+use super::af_packet::{RawSocket, RingUse, MAX_BATCH};
 use super::bpf::{roce_filter, FilterSpec};
+use super::gso::{GsoOff, GsoState, Received, Run};
 use super::interface::Interface;
 use super::oper_state::OperState;
 use super::packet_ring::Rings;
 use super::share::{LinkUsers, Share};
 use super::udp_guard::UdpGuard;
+use super::vnet::VnetHdr;
 use super::{recv_each_batched, send_each_batched, FrameBatch, Link, TxOutcome, MIN_SLOT};
 
 /// A real interface: AF_PACKET raw socket plus the UDP port guard.
@@ -29,6 +32,26 @@ pub struct PacketLink {
     /// The interface's state; `None` if rtnetlink could not be joined (the link then
     /// counts as up, as before).
     oper: Option<OperState>,
+    /// Whether frames of one flow leave joined into UDP GSO super-frames.
+    gso: GsoState,
+    gso_counters: GsoCounters,
+    /// The runs of the batch being sent.
+    runs: Mutex<Vec<Run>>,
+    /// Segments of a super-frame that [`Link::recv`] has not handed out yet.
+    pending: Mutex<std::collections::VecDeque<Vec<u8>>>,
+}
+
+/// What the GSO data path did, for `--stats`.
+#[derive(Debug, Default)]
+struct GsoCounters {
+    /// Super-frames sent, and the frames they carried.
+    tx_super: AtomicU64,
+    tx_super_pkts: AtomicU64,
+    /// Super-frames received and split, the packets they held, and those refused as
+    /// malformed (dropped whole).
+    rx_super: AtomicU64,
+    rx_super_pkts: AtomicU64,
+    rx_super_err: AtomicU64,
 }
 
 /// Why a real interface could not be opened for RoCE.
@@ -80,7 +103,7 @@ impl PacketLink {
         };
         let filter = roce_filter(&filter_spec(&iface, share.as_ref()));
         let socket =
-            RawSocket::open(iface.index, max_frame, rings, &filter).map_err(|e| {
+            RawSocket::open(iface.index, max_frame, rings, &filter, true).map_err(|e| {
                 match e.raw_os_error() {
                     Some(libc::EPERM) | Some(libc::EACCES) => LinkError::Permission,
                     _ => LinkError::Io(e),
@@ -105,6 +128,10 @@ impl PacketLink {
             .map_err(|e| tracing::warn!(error = %e, iface = %iface.name, "cannot watch the interface's state; its port stays ACTIVE"))
             .ok();
         let link = PacketLink {
+            gso: GsoState::new(socket.has_vnet()),
+            gso_counters: GsoCounters::default(),
+            runs: Mutex::new(vec![Run::default(); MAX_BATCH]),
+            pending: Mutex::default(),
             oper,
             iface,
             socket,
@@ -120,6 +147,30 @@ impl PacketLink {
     pub fn interface(&self) -> &Interface {
         &self.iface
     }
+
+    /// Hands a received frame to `f`, or, for a UDP super-frame, each of its segments.
+    fn deliver(&self, frame: &mut [u8], vnet: VnetHdr, f: &mut dyn FnMut(&[u8])) {
+        let c = &self.gso_counters;
+        match super::gso::split_received(frame, vnet, f) {
+            Received::Frame => {}
+            Received::Split(n) => {
+                c.rx_super.fetch_add(1, Ordering::Relaxed);
+                c.rx_super_pkts.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Received::Malformed => {
+                c.rx_super_err.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Errors with which a kernel or device refuses a UDP GSO super-frame it cannot take.
+fn refuses_offload(e: &io::Error) -> bool {
+    const ENOTSUPP: i32 = 524;
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINVAL | libc::EOPNOTSUPP | libc::EPROTONOSUPPORT | libc::EMSGSIZE | ENOTSUPP)
+    )
 }
 
 /// The socket filter for `iface`: this process's blocks if it shares the interface.
@@ -180,22 +231,26 @@ impl Link for PacketLink {
         let Some(rings) = self.socket.rings() else {
             return self.socket.recv(buf);
         };
-        let mut got = None;
-        while got.is_none() {
-            let taken = rings.recv_each(1, &mut |f| {
-                let n = f.len().min(buf.len());
-                buf[..n].copy_from_slice(&f[..n]);
-                got = Some(n);
+        let mut pending = self.pending.lock().expect("pending segments lock");
+        while pending.is_empty() {
+            let taken = rings.recv_each(1, &mut |frame, vnet| {
+                self.deliver(frame, vnet, &mut |seg| pending.push_back(seg.to_vec()))
             });
             if taken == 0 {
                 break;
             }
         }
-        Ok(got)
+        Ok(pending.pop_front().map(|f| {
+            let n = f.len().min(buf.len());
+            buf[..n].copy_from_slice(&f[..n]);
+            n
+        }))
     }
     fn recv_each(&self, batch: &mut FrameBatch, f: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
         match self.socket.rings() {
-            Some(rings) => Ok(rings.recv_each(batch.capacity(), f)),
+            Some(rings) => Ok(rings.recv_each(batch.capacity(), &mut |frame, vnet| {
+                self.deliver(frame, vnet, f)
+            })),
             None => recv_each_batched(self, batch, f),
         }
     }
@@ -224,14 +279,70 @@ impl Link for PacketLink {
     fn send_batch(&self, batch: &mut FrameBatch) -> io::Result<usize> {
         let b = batch;
         let n = b.count;
-        self.socket.send_many(&b.data, &mut b.headers, &b.lens[..n])
+        if !self.socket.has_vnet() {
+            return self.socket.send_many(&b.data, &mut b.headers, &b.lens[..n]);
+        }
+        let mut runs = self.runs.lock().expect("runs lock");
+        let join = self.gso.on();
+        let m = super::gso::plan(&mut b.data, super::MAX_FRAME, &b.lens[..n], join, &mut runs);
+        match self
+            .socket
+            .send_runs(&b.data, &mut b.headers, &b.lens[..n], &runs[..m])
+        {
+            Ok(sent) => {
+                if join {
+                    let c = &self.gso_counters;
+                    let mut left = sent;
+                    for r in &runs[..m] {
+                        if r.count > left {
+                            break;
+                        }
+                        left -= r.count;
+                        if r.count > 1 {
+                            c.tx_super.fetch_add(1, Ordering::Relaxed);
+                            c.tx_super_pkts.fetch_add(r.count as u64, Ordering::Relaxed);
+                        }
+                    }
+                }
+                Ok(sent)
+            }
+            // A kernel that takes packet sockets' virtio-net headers but not UDP GSO (or
+            // a device that refuses it): those frames are lost, as on a wire, and from
+            // now on frames go one by one.
+            Err(e) if runs[0].count > 1 && refuses_offload(&e) => {
+                self.gso.refused(&e);
+                Ok(0)
+            }
+            Err(e) => Err(e),
+        }
     }
     fn io_mode(&self) -> &'static str {
-        match self.socket.rings() {
-            Some(r) if r.has_tx() => "rx=ring tx=ring",
-            Some(_) => "rx=ring tx=sendmmsg",
-            None => "rx=recvmmsg tx=sendmmsg",
+        match (self.socket.rings(), self.gso.off()) {
+            (Some(r), _) if r.has_tx() => "rx=ring tx=ring gso=off (not with the transmit ring)",
+            (Some(_), None) => "rx=ring tx=sendmmsg gso=on",
+            (Some(_), Some(GsoOff::Disabled)) => "rx=ring tx=sendmmsg gso=off (FERROCE_GSO=0)",
+            (Some(_), Some(GsoOff::OldKernel)) => {
+                "rx=ring tx=sendmmsg gso=off (packet sockets take UDP GSO from Linux 6.2)"
+            }
+            (Some(_), Some(GsoOff::NoVnetHeader)) => {
+                "rx=ring tx=sendmmsg gso=off (no virtio-net header on the socket)"
+            }
+            (Some(_), Some(GsoOff::Refused)) => {
+                "rx=ring tx=sendmmsg gso=off (the kernel refused a super-frame)"
+            }
+            (None, _) => "rx=recvmmsg tx=sendmmsg gso=off (needs the receive ring)",
         }
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let c = &self.gso_counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        vec![
+            ("gso_tx_frames", get(&c.tx_super)),
+            ("gso_tx_pkts", get(&c.tx_super_pkts)),
+            ("gso_rx_frames", get(&c.rx_super)),
+            ("gso_rx_pkts", get(&c.rx_super_pkts)),
+            ("gso_rx_malformed", get(&c.rx_super_err)),
+        ]
     }
     fn rx_drops(&self) -> u64 {
         let new = self.socket.take_drops().unwrap_or(0);

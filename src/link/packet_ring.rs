@@ -16,6 +16,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
+use super::vnet::{self, VnetHdr};
 use super::TxOutcome;
 
 /// Ring block size: frames never straddle blocks, and each block is one allocation.
@@ -26,9 +27,12 @@ const TX_RING_BYTES: usize = 4 << 20;
 /// Where the frame starts in a transmit slot: after the tpacket2 header (the kernel's
 /// `tp_hdrlen - sizeof(struct sockaddr_ll)` without PACKET_TX_HAS_OFF).
 const TX_DATA: usize = libc::TPACKET2_HDRLEN - std::mem::size_of::<libc::sockaddr_ll>();
-/// Space before a received frame's MAC header: the header, the sockaddr_ll and alignment
-/// (the kernel puts the network header at a 16-byte boundary).
+/// Space before a received frame's MAC header: the header, the sockaddr_ll, alignment (the
+/// kernel puts the network header at a 16-byte boundary) and the virtio-net header.
 const RX_HEADROOM: usize = 96;
+/// The largest frame that comes through the socket's queue instead of the ring: a
+/// virtio-net header, an Ethernet header with a VLAN tag and a whole IP datagram.
+const COPY_FRAME: usize = vnet::LEN + 18 + 65535;
 
 /// Layout of one ring.
 #[derive(Debug, Clone, Copy)]
@@ -81,12 +85,22 @@ pub struct Rings {
     rx: Geometry,
     /// No transmit ring: frames leave through sendmmsg instead.
     tx: Option<Geometry>,
-    /// Next frame to look at in each ring. The locks also make sure only one thread at a
-    /// time holds references into user-owned frames.
-    rx_next: Mutex<usize>,
+    /// Next frame to look at in each ring (and, for receive, the buffer frames too large
+    /// for the ring are read into). The locks also make sure only one thread at a time
+    /// holds references into user-owned frames.
+    rx_next: Mutex<RxState>,
     tx_next: Mutex<usize>,
     /// Received frames longer than a ring frame (cut short by the kernel): dropped.
     truncated: std::sync::atomic::AtomicU64,
+    /// Frames carry a virtio-net header in front of the MAC header.
+    vnet: bool,
+}
+
+#[derive(Debug)]
+struct RxState {
+    next: usize,
+    /// With a virtio-net header: frames larger than a ring frame, read from the queue.
+    copy: Vec<u8>,
 }
 
 // SAFETY: the mapping is owned by this value and only unmapped in Drop; every access to
@@ -124,8 +138,9 @@ fn setsockopt<T>(fd: RawFd, name: libc::c_int, value: &T) -> io::Result<()> {
 
 impl Rings {
     /// Sets up both rings on the (not yet bound) packet socket `fd` for frames of up to
-    /// `max_frame` bytes, and maps them. `fd` must outlive the returned value.
-    pub fn new(fd: RawFd, max_frame: usize, with_tx: bool) -> io::Result<Rings> {
+    /// `max_frame` bytes, and maps them. `fd` must outlive the returned value. `vnet`: the
+    /// socket has PACKET_VNET_HDR and PACKET_COPY_THRESH set.
+    pub fn new(fd: RawFd, max_frame: usize, with_tx: bool, vnet: bool) -> io::Result<Rings> {
         setsockopt(
             fd,
             libc::PACKET_VERSION,
@@ -168,9 +183,17 @@ impl Rings {
             len,
             rx,
             tx,
-            rx_next: Mutex::new(0),
+            rx_next: Mutex::new(RxState {
+                next: 0,
+                copy: if vnet {
+                    vec![0; COPY_FRAME]
+                } else {
+                    Vec::new()
+                },
+            }),
             tx_next: Mutex::new(0),
             truncated: Default::default(),
+            vnet,
         })
     }
 
@@ -202,41 +225,82 @@ impl Rings {
 
     /// Whether a received frame is waiting (one load; no system call).
     pub fn rx_ready(&self) -> bool {
-        let next = *self.rx_next.lock().expect("rx ring lock");
+        let next = self.rx_next.lock().expect("rx ring lock").next;
         self.status(self.rx.offset(next)).load(Ordering::Acquire) & libc::TP_STATUS_USER != 0
     }
 
-    /// Hands up to `max` received frames to `f`, in arrival order and in place, and gives
-    /// their slots back to the kernel. Truncated frames are skipped (and counted). Returns
-    /// how many frames
+    /// Hands up to `max` received frames to `f`, in arrival order and in place, with their
+    /// virtio-net header ([`VnetHdr::NONE`] without one), and gives their slots back to the
+    /// kernel. `f` may change the frame (it is this process's until then). A frame larger
+    /// than a ring frame is read from the socket's queue, where the kernel put it whole
+    /// (with a virtio-net header), or else skipped and counted. Returns how many frames
     /// were taken from the ring.
-    pub fn recv_each(&self, max: usize, f: &mut dyn FnMut(&[u8])) -> usize {
-        let mut next = self.rx_next.lock().expect("rx ring lock");
+    pub fn recv_each(&self, max: usize, f: &mut dyn FnMut(&mut [u8], VnetHdr)) -> usize {
+        let mut rx = self.rx_next.lock().expect("rx ring lock");
         let mut taken = 0;
         while taken < max {
-            let off = self.rx.offset(*next);
+            let off = self.rx.offset(rx.next);
             let status = self.status(off);
-            if status.load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
+            let st = status.load(Ordering::Acquire);
+            if st & libc::TP_STATUS_USER == 0 {
                 break;
             }
             let h = self.header(off);
             let mac = usize::from(h.tp_mac);
             let len = h.tp_snaplen as usize;
-            if h.tp_len as usize > len || mac + len > self.rx.frame_size {
+            if self.vnet && st & libc::TP_STATUS_COPY != 0 {
+                match self.recv_copy(&mut rx.copy) {
+                    Some(n) => {
+                        let (hdr, frame) = rx.copy[..n].split_at_mut(vnet::LEN);
+                        f(frame, VnetHdr::decode(hdr).unwrap_or_default());
+                    }
+                    None => {
+                        self.truncated.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            } else if h.tp_len as usize > len
+                || mac + len > self.rx.frame_size
+                || (self.vnet && mac < vnet::LEN)
+            {
                 self.truncated.fetch_add(1, Ordering::Relaxed);
             } else {
-                // SAFETY: [off + mac, off + mac + len) lies inside this frame (checked just
+                let at = if self.vnet { mac - vnet::LEN } else { mac };
+                // SAFETY: [off + at, off + mac + len) lies inside this frame (checked just
                 // above) and user space owns the frame until the store below, after `f`
-                // has returned and the slice is gone.
-                let frame =
-                    unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(off + mac), len) };
-                f(frame);
+                // has returned and the slice is gone; nothing else refers to it meanwhile.
+                let bytes = unsafe {
+                    std::slice::from_raw_parts_mut(self.map.as_ptr().add(off + at), mac - at + len)
+                };
+                let (hdr, frame) = bytes.split_at_mut(mac - at);
+                f(frame, VnetHdr::decode(hdr).unwrap_or_default());
             }
             status.store(libc::TP_STATUS_KERNEL, Ordering::Release);
-            *next = (*next + 1) % self.rx.frames;
+            rx.next = (rx.next + 1) % self.rx.frames;
             taken += 1;
         }
         taken
+    }
+
+    /// Reads the frame the kernel queued on the socket because it did not fit a ring frame
+    /// (TP_STATUS_COPY), virtio-net header first; its length, `None` if there was none or
+    /// it did not fit `buf`.
+    fn recv_copy(&self, buf: &mut [u8]) -> Option<usize> {
+        loop {
+            // SAFETY: `buf` is writable for its length; no address is asked for.
+            let ret = unsafe {
+                libc::recv(
+                    self.fd,
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                )
+            };
+            if ret < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            let n = usize::try_from(ret).ok()?;
+            return (n >= vnet::LEN && n <= buf.len()).then_some(n);
+        }
     }
 
     /// Builds up to `max` frames in free transmit slots with `fill` — which writes a frame

@@ -58,6 +58,24 @@ impl UdpGuard {
         if ret < 0 {
             return Err(io::Error::last_os_error());
         }
+        // A UDP GSO super-frame (see `gso`) reaches this socket whole; without UDP_GRO the
+        // kernel would cut it into segments in software, only for the filter to drop them.
+        // Best effort: kernels before 5.0 do not have the option and segment as before.
+        const UDP_GRO: libc::c_int = 104;
+        let on: libc::c_int = 1;
+        // SAFETY: `on` is a live int of the size passed; the kernel copies it.
+        let ret = unsafe {
+            libc::setsockopt(
+                socket.as_raw_fd(),
+                libc::SOL_UDP,
+                UDP_GRO,
+                (&on as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if ret < 0 {
+            tracing::debug!(error = %io::Error::last_os_error(), "no UDP_GRO on the guard socket");
+        }
         Ok(UdpGuard { _socket: socket })
     }
 }

@@ -58,7 +58,7 @@ run_all ""
 FERROCE_PACKET_RINGS=none run_all "-sockets" 10
 FERROCE_PACKET_RINGS=both run_all "-txring" 10
 check_link() {  # CASE MODE: both ends of CASE said they moved frames with MODE
-  if [ "$(cat "$out/$1.client" "$out/$1.server" | grep -cx "link: $2")" = 2 ]; then
+  if [ "$(cat "$out/$1.client" "$out/$1.server" | grep -cE "^link: $2( |$)")" = 2 ]; then
     pass=$((pass + 1)); echo "PASS $1 moved frames with $2"
   else
     fail=$((fail + 1)); echo "FAIL $1 did not use $2"; grep -h '^link:' "$out/$1".* | sed 's/^/    /'

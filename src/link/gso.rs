@@ -1,0 +1,355 @@
+//! UDP GSO on a packet socket: consecutive frames of one flow leave as one super-frame that
+//! the kernel (or the NIC) cuts back into them, and super-frames that arrive whole are cut
+//! up here. One trip through the kernel's per-frame path (packet taps, qdisc, veth) per
+//! super-frame instead of per RoCE packet is what the issue measured TCP winning by.
+//!
+//! The transport builds every packet with its own headers and ICRC, IPv4 identifications
+//! counting up by one; a run is only joined when cutting it up gives back exactly those
+//! frames ([`ferroce_wire::gso::RunHead::accepts`]), so the ICRCs stay right.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use ferroce_wire::gso::RunHead;
+
+use super::vnet::VnetHdr;
+
+/// Most segments in one super-frame (the kernel's `UDP_MAX_SEGMENTS` is 64 on older
+/// kernels).
+pub const MAX_SEGMENTS: usize = 64;
+/// Ethernet header of the frames ferroce sends (no VLAN tag).
+const ETH: usize = 14;
+
+/// One message of a batch: frames `first .. first + count` sent as one, with `vnet`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Run {
+    /// The run's first frame in the batch.
+    pub first: usize,
+    /// Frames in the run.
+    pub count: usize,
+    /// The message's virtio-net header.
+    pub vnet: VnetHdr,
+    /// Bytes of each later frame that are headers (left out of the super-frame).
+    pub skip: usize,
+}
+
+/// Groups the frames of a batch — frame `i` is `data[i * slot..][..lens[i]]` — into runs
+/// written to `out` (which has room for `lens.len()`), returns how many. With `join`
+/// false every frame is a run of its own. Each run of more than one frame has its first
+/// frame's headers rewritten in place into the super-frame's.
+pub fn plan(data: &mut [u8], slot: usize, lens: &[usize], join: bool, out: &mut [Run]) -> usize {
+    let mut runs = 0;
+    let mut i = 0;
+    while i < lens.len() {
+        let mut run = Run {
+            first: i,
+            count: 1,
+            vnet: VnetHdr::NONE,
+            skip: 0,
+        };
+        if join {
+            if let Some((count, vnet, skip)) = join_from(data, slot, lens, i) {
+                run = Run {
+                    first: i,
+                    count,
+                    vnet,
+                    skip,
+                };
+            }
+        }
+        out[runs] = run;
+        runs += 1;
+        i += run.count;
+    }
+    runs
+}
+
+/// The longest run starting at frame `i` (at least two frames), its header and the
+/// header bytes of each frame; the first frame becomes the super-frame's head.
+fn join_from(
+    data: &mut [u8],
+    slot: usize,
+    lens: &[usize],
+    i: usize,
+) -> Option<(usize, VnetHdr, usize)> {
+    let frame = |k: usize| &data[k * slot..][..lens[k]];
+    let first = frame(i);
+    if first.len() < ETH || !matches!([first[12], first[13]], [0x08, 0x00] | [0x86, 0xdd]) {
+        return None;
+    }
+    let head = RunHead::new(&first[ETH..])?;
+    let headers = ETH + head.header_len();
+    let mut payload = head.segment_size();
+    let mut count = 1;
+    while i + count < lens.len() && count < MAX_SEGMENTS {
+        let next = frame(i + count);
+        if next.len() < ETH || next[..ETH] != first[..ETH] {
+            break;
+        }
+        let Some(full) = head.accepts(&first[ETH..], &next[ETH..], count) else {
+            break;
+        };
+        // A head larger than what follows (a WRITE_FIRST with its RETH before MIDDLEs)
+        // goes alone rather than end a run of two: the others then join each other.
+        if !full && count == 1 && i + 2 < lens.len() && lens[i + 2] == lens[i + 1] {
+            return None;
+        }
+        let more = next.len() - headers;
+        if head.header_len() + payload + more > 65535 - 40 {
+            break;
+        }
+        payload += more;
+        count += 1;
+        if !full {
+            break;
+        }
+    }
+    if count < 2 {
+        return None;
+    }
+    let start = i * slot;
+    head.make_super(&mut data[start + ETH..start + lens[i]], payload)
+        .ok()?;
+    let vnet = VnetHdr::udp_gso(headers, headers - 8, head.segment_size());
+    Some((count, vnet, headers))
+}
+
+/// What [`split_received`] did with a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Received {
+    /// An ordinary frame, handed on as it is.
+    Frame,
+    /// A super-frame, split into this many packets.
+    Split(usize),
+    /// A malformed super-frame, dropped whole.
+    Malformed,
+}
+
+/// Hands a received frame to `f`, or, if its virtio-net header says it is a UDP
+/// super-frame, each of its segments (rebuilt in place).
+pub fn split_received(frame: &mut [u8], vnet: VnetHdr, f: &mut dyn FnMut(&[u8])) -> Received {
+    let Some(gso_size) = vnet.udp_segment_size() else {
+        f(frame);
+        return Received::Frame;
+    };
+    let link = match frame.get(12..14) {
+        Some([0x81, 0x00]) => 18,
+        _ => ETH,
+    };
+    match ferroce_wire::gso::split_in_place(frame, link, gso_size, f) {
+        Ok(n) => Received::Split(n),
+        Err(e) => {
+            tracing::debug!(error = %e, "dropped a malformed super-frame");
+            Received::Malformed
+        }
+    }
+}
+
+/// Whether frames leave joined, and if not, why.
+#[derive(Debug)]
+pub struct GsoState(AtomicU8);
+
+/// Why transmit GSO is off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GsoOff {
+    /// `FERROCE_GSO=0`.
+    Disabled,
+    /// Packet sockets take UDP GSO from Linux 6.2 on.
+    OldKernel,
+    /// The socket has no virtio-net header (PACKET_VNET_HDR refused, or no receive ring).
+    NoVnetHeader,
+    /// The kernel refused a super-frame; frames go one by one since.
+    Refused,
+}
+
+const ON: u8 = 0;
+
+impl GsoState {
+    /// The state for a socket that has a virtio-net header or not, on this kernel.
+    pub fn new(vnet: bool) -> GsoState {
+        let off = if std::env::var("FERROCE_GSO").as_deref() == Ok("0") {
+            Some(GsoOff::Disabled)
+        } else if !vnet {
+            Some(GsoOff::NoVnetHeader)
+        } else if !kernel_at_least(6, 2) {
+            Some(GsoOff::OldKernel)
+        } else {
+            None
+        };
+        GsoState(AtomicU8::new(off.map_or(ON, |o| o as u8 + 1)))
+    }
+    /// Whether frames are joined.
+    pub fn on(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == ON
+    }
+    /// Why not, if not.
+    pub fn off(&self) -> Option<GsoOff> {
+        match self.0.load(Ordering::Relaxed) {
+            ON => None,
+            1 => Some(GsoOff::Disabled),
+            2 => Some(GsoOff::OldKernel),
+            3 => Some(GsoOff::NoVnetHeader),
+            _ => Some(GsoOff::Refused),
+        }
+    }
+    /// Turns joining off for good after the kernel refused a super-frame.
+    pub fn refused(&self, error: &std::io::Error) {
+        if self.0.swap(GsoOff::Refused as u8 + 1, Ordering::Relaxed) == ON {
+            tracing::warn!(%error, "the kernel refused a UDP GSO super-frame; sending frames one by one");
+        }
+    }
+}
+
+/// Whether the running kernel is at least `major.minor`.
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let mut num = || {
+        parts
+            .next()
+            .and_then(|p| p.parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    (num(), num()) >= (major, minor)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferroce_wire::{BthRepr, DatagramRepr, EthernetRepr, IbRepr, IpRepr, Opcode, Psn};
+    use std::net::Ipv4Addr;
+
+    const SLOT: usize = 2048;
+
+    fn frame(psn: u32, payload: usize, id: u16, dst: u8) -> Vec<u8> {
+        let data = vec![psn as u8; payload];
+        let repr = DatagramRepr {
+            ip: IpRepr::V4 {
+                src: Ipv4Addr::new(10, 0, 0, 1),
+                dst: Ipv4Addr::new(10, 0, 0, dst),
+                dscp: 0,
+                ecn: 0,
+                ttl: 64,
+                identification: id,
+                dont_fragment: true,
+            },
+            src_port: 0xc000,
+            ib: IbRepr {
+                bth: BthRepr {
+                    opcode: Opcode::RC_RDMA_WRITE_MIDDLE,
+                    solicited: false,
+                    mig_req: true,
+                    pad_count: 0,
+                    pkey: 0xffff,
+                    fecn: false,
+                    becn: false,
+                    dest_qp: 0x11,
+                    ack_req: false,
+                    psn: Psn::new(psn),
+                },
+                ext: Default::default(),
+                payload: &data,
+            },
+        };
+        let mut f = vec![0; 14 + repr.buffer_len()];
+        let eth = EthernetRepr {
+            src: [2; 6],
+            dst: [4; 6],
+            vlan: None,
+        };
+        eth.emit(&mut f[..14], false).unwrap();
+        let n = repr.emit(&mut f[14..]).unwrap();
+        f.truncate(14 + n);
+        f
+    }
+
+    fn batch(frames: &[Vec<u8>]) -> (Vec<u8>, Vec<usize>) {
+        let mut data = vec![0; frames.len() * SLOT];
+        for (i, f) in frames.iter().enumerate() {
+            data[i * SLOT..][..f.len()].copy_from_slice(f);
+        }
+        (data, frames.iter().map(Vec::len).collect())
+    }
+
+    #[test]
+    fn consecutive_frames_of_one_flow_join_and_the_rest_go_alone() {
+        let frames = vec![
+            frame(1, 1024, 10, 2),
+            frame(2, 1024, 11, 2),
+            frame(3, 500, 12, 2), // shorter: ends the run
+            frame(4, 1024, 13, 2),
+            frame(5, 1024, 14, 3), // another destination
+            frame(6, 1024, 16, 3), // identification skips one
+        ];
+        let (mut data, lens) = batch(&frames);
+        let mut runs = [Run::default(); 6];
+        let n = plan(&mut data, SLOT, &lens, true, &mut runs);
+        let shape: Vec<(usize, usize)> = runs[..n].iter().map(|r| (r.first, r.count)).collect();
+        assert_eq!(shape, [(0, 3), (3, 1), (4, 1), (5, 1)]);
+        assert_eq!(runs[0].vnet.udp_segment_size(), Some(lens[0] - 42));
+        assert_eq!(runs[0].skip, 42);
+        assert_eq!(runs[1].vnet, VnetHdr::NONE);
+        // What the kernel receives, cut up, is what the transport built.
+        let mut whole = data[..lens[0]].to_vec();
+        for k in 1..3 {
+            whole.extend_from_slice(&data[k * SLOT + 42..k * SLOT + lens[k]]);
+        }
+        let mut got = Vec::new();
+        ferroce_wire::gso::split_in_place(&mut whole, 14, lens[0] - 42, &mut |s| {
+            got.push(s.to_vec())
+        })
+        .unwrap();
+        assert_eq!(got.len(), 3);
+        for (g, f) in got.iter().zip(&frames) {
+            let mut f = f.clone();
+            f[40..42].copy_from_slice(&[0, 0]); // UDP checksum: the kernel's to fill
+            assert_eq!(g, &f);
+        }
+    }
+
+    #[test]
+    fn a_larger_head_goes_alone_so_the_rest_join() {
+        let frames = vec![
+            frame(1, 1040, 10, 2), // like a WRITE_FIRST: 16 more bytes
+            frame(2, 1024, 11, 2),
+            frame(3, 1024, 12, 2),
+            frame(4, 1024, 13, 2),
+        ];
+        let (mut data, lens) = batch(&frames);
+        let mut runs = [Run::default(); 4];
+        let n = plan(&mut data, SLOT, &lens, true, &mut runs);
+        let shape: Vec<(usize, usize)> = runs[..n].iter().map(|r| (r.first, r.count)).collect();
+        assert_eq!(shape, [(0, 1), (1, 3)]);
+    }
+
+    #[test]
+    fn without_joining_every_frame_is_its_own_message() {
+        let frames = vec![frame(1, 1024, 10, 2), frame(2, 1024, 11, 2)];
+        let (mut data, lens) = batch(&frames);
+        let before = data.clone();
+        let mut runs = [Run::default(); 2];
+        assert_eq!(plan(&mut data, SLOT, &lens, false, &mut runs), 2);
+        assert_eq!(data, before);
+    }
+
+    #[test]
+    fn a_run_stops_at_the_ip_length_limit_and_at_max_segments() {
+        let frames: Vec<Vec<u8>> = (0..70).map(|i| frame(i, 1024, i as u16, 2)).collect();
+        let mut data = vec![0; frames.len() * SLOT];
+        for (i, f) in frames.iter().enumerate() {
+            data[i * SLOT..][..f.len()].copy_from_slice(f);
+        }
+        let lens: Vec<usize> = frames.iter().map(Vec::len).collect();
+        let mut runs = [Run::default(); 70];
+        let n = plan(&mut data, SLOT, &lens, true, &mut runs);
+        let seg = lens[0] - 42;
+        assert!(runs[..n].iter().all(|r| 28 + r.count * seg <= 65535));
+        assert_eq!(runs[..n].iter().map(|r| r.count).sum::<usize>(), 70);
+        assert!(runs[0].count > 50, "{:?}", runs[0]);
+    }
+
+    #[test]
+    fn kernel_versions_compare() {
+        assert!(kernel_at_least(2, 6));
+        assert!(!kernel_at_least(999, 0));
+    }
+}

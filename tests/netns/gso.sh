@@ -1,0 +1,82 @@
+#!/bin/bash
+# The UDP GSO data path natively (issue: super-packets), between two namespaces on a veth
+# pair, as `scripts/bench.sh` measures it:
+#   1. At veth MTU 1500 and 9000 (RoCE path MTU 1024 and 4096), `ferroce rc-ops -s 65536`
+#      (every RC operation, data checked byte for byte): both ends say `gso=on`, and each
+#      end's --stats show
+#      super-frames sent (WRITE/SEND data one way, READ responses the other) and received
+#      and split by the peer, none malformed.
+#   2. The same with FERROCE_GSO=0 at the client: it says why GSO is off and sends no
+#      super-frame, the server receives none (the counters are the path's, not constants);
+#      the server still sends them and the client still splits them.
+#   tests/netns/gso.sh [FERROCE_BINARY]      (needs root: namespaces, veth; Linux >= 6.2)
+# Prints PASS/FAIL lines and "gso: N passed, M failed"; exit 0 iff all pass.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+F=${1:-${CARGO_TARGET_DIR:-$root/target}/release/ferroce}
+[ -x "$F" ] || (cd "$root" && cargo build --release --quiet -p ferroce-cli --bin ferroce)
+# Packet sockets take UDP GSO from Linux 6.2 on; before, ferroce sends frames one by one.
+IFS=. read -r kmaj kmin _ < /proc/sys/kernel/osrelease
+if [ "$kmaj" -lt 6 ] || { [ "$kmaj" = 6 ] && [ "${kmin%%[!0-9]*}" -lt 2 ]; }; then
+  echo "gso: not run: kernel $(uname -r) is older than 6.2"; exit 0
+fi
+A=gso-a B=gso-b
+out=${OUT:-$root/target}/gso; rm -rf "$out"; mkdir -p "$out"
+cleanup() { ip netns del $A 2>/dev/null; ip netns del $B 2>/dev/null; true; }
+trap cleanup EXIT
+cleanup
+ip netns add $A && ip netns add $B || { echo "cannot create network namespaces (need root)"; exit 1; }
+ip link add gso-va netns $A type veth peer name gso-vb netns $B
+ip -n $A addr add 10.93.0.1/24 dev gso-va; ip -n $B addr add 10.93.0.2/24 dev gso-vb
+for ns in $A $B; do ip -n $ns link set lo up; done
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "PASS $1"; }
+ko() { fail=$((fail + 1)); echo "FAIL $1"; shift; for f in "$@"; do tail -n 6 "$f" | sed "s/^/    ${f##*/}: /"; done; }
+# counter FILE NAME: the value of NAME on FILE's "counters:" line (0 when absent).
+counter() { grep -h '^counters:' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1 | grep . || echo 0; }
+
+wait_port() { for _ in $(seq 1 100); do ip netns exec "$1" ss -ltn | grep -q ":$2\b" && return 0; sleep 0.05; done; return 1; }
+
+# run NAME PATH_MTU CLIENT_ENV: rc-ops 64 KiB between the namespaces; PASS if the data
+# checked.
+run() {
+  local name=$1 m=$2; shift 2
+  ip netns exec $B timeout 120 "$F" rc-ops -d gso-vb -m "$m" -s 65536 -n 20 --stats >"$out/$name.server" 2>&1 &
+  local sp=$!
+  wait_port $B 18516
+  if ip netns exec $A env "$@" timeout 120 "$F" rc-ops -d gso-va -m "$m" -s 65536 -n 20 --stats 10.93.0.2 >"$out/$name.client" 2>&1 && wait $sp; then
+    ok "$name: $(grep -h 'verified in' "$out/$name.client" | head -1)"
+  else
+    wait $sp 2>/dev/null; ko "$name: rc-ops failed" "$out/$name.client" "$out/$name.server"
+  fi
+}
+
+for mtu in 1500 9000; do
+  ip -n $A link set gso-va mtu $mtu up; ip -n $B link set gso-vb mtu $mtu up
+  n=mtu$mtu
+  # The largest RoCE path MTU the veth carries.
+  run "$n" "$([ $mtu = 1500 ] && echo 1024 || echo 4096)" FERROCE_GSO=1
+  c=$out/$n.client s=$out/$n.server
+  if grep -q '^link: .* gso=on$' "$c" && grep -q '^link: .* gso=on$' "$s"; then ok "$n: both ends gso=on"; else ko "$n: gso not on" "$c" "$s"; fi
+  ctx=$(counter "$c" gso_tx_pkts) srx=$(counter "$s" gso_rx_pkts) stx=$(counter "$s" gso_tx_pkts) crx=$(counter "$c" gso_rx_pkts)
+  bad=$(( $(counter "$c" gso_rx_malformed) + $(counter "$s" gso_rx_malformed) + $(counter "$c" rx_icrc_err) + $(counter "$s" rx_icrc_err) ))
+  echo "    client sent $ctx packets in $(counter "$c" gso_tx_frames) super-frames; server split $srx from $(counter "$s" gso_rx_frames)"
+  echo "    server sent $stx packets in $(counter "$s" gso_tx_frames) super-frames; client split $crx from $(counter "$c" gso_rx_frames)"
+  if [ "$ctx" -gt 0 ] && [ "$srx" -gt 0 ] && [ "$stx" -gt 0 ] && [ "$crx" -gt 0 ] && [ "$bad" = 0 ]; then
+    ok "$n: super-frames both ways, split by the peer, none malformed, no ICRC error"
+  else
+    ko "$n: super-frame counters (bad=$bad)" "$c" "$s"
+  fi
+done
+
+run gso-off-client 4096 FERROCE_GSO=0
+c=$out/gso-off-client.client s=$out/gso-off-client.server
+if grep -q '^link: .* gso=off (FERROCE_GSO=0)$' "$c" && [ "$(counter "$c" gso_tx_frames)" = 0 ] &&
+  [ "$(counter "$s" gso_rx_frames)" = 0 ] && [ "$(counter "$c" gso_rx_frames)" -gt 0 ]; then
+  ok "FERROCE_GSO=0: the client says so and sends no super-frame; it still splits the server's"
+else
+  ko "FERROCE_GSO=0 at the client" "$c" "$s"
+fi
+echo "gso: $pass passed, $fail failed"
+[ $fail = 0 ]
