@@ -168,10 +168,10 @@ impl GsoState {
     pub fn new(vnet: bool) -> GsoState {
         let off = if std::env::var("FERROCE_GSO").as_deref() == Ok("0") {
             Some(GsoOff::Disabled)
-        } else if !vnet {
-            Some(GsoOff::NoVnetHeader)
         } else if !kernel_at_least(6, 2) {
             Some(GsoOff::OldKernel)
+        } else if !vnet {
+            Some(GsoOff::NoVnetHeader)
         } else {
             None
         };
@@ -200,7 +200,7 @@ impl GsoState {
 }
 
 /// Whether the running kernel is at least `major.minor`.
-fn kernel_at_least(major: u32, minor: u32) -> bool {
+pub(super) fn kernel_at_least(major: u32, minor: u32) -> bool {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let mut parts = release.split(|c: char| !c.is_ascii_digit());
     let mut num = || {

@@ -102,12 +102,10 @@ impl PacketLink {
             }
         };
         let filter = roce_filter(&filter_spec(&iface, share.as_ref()));
-        let socket =
-            RawSocket::open(iface.index, max_frame, rings, &filter, true).map_err(|e| {
-                match e.raw_os_error() {
-                    Some(libc::EPERM) | Some(libc::EACCES) => LinkError::Permission,
-                    _ => LinkError::Io(e),
-                }
+        let socket = RawSocket::open(iface.index, max_frame, rings, &filter, vnet_wanted())
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::EPERM) | Some(libc::EACCES) => LinkError::Permission,
+                _ => LinkError::Io(e),
             })?;
         let mut guards = Vec::new();
         for (addr, _) in &iface.addrs {
@@ -162,6 +160,13 @@ impl PacketLink {
             }
         }
     }
+}
+
+/// Whether to ask for the virtio-net header: from Linux 6.2 on, where packet sockets both
+/// report UDP super-frames (older kernels drop them from a socket with the header) and
+/// send them. Before, frames move exactly as they did without the GSO path.
+fn vnet_wanted() -> bool {
+    super::gso::kernel_at_least(6, 2)
 }
 
 /// Errors with which a kernel or device refuses a UDP GSO super-frame it cannot take.
