@@ -193,19 +193,32 @@ impl RunHead {
     /// `Some(true)` for a segment of full size (the run may go on), `Some(false)` for a
     /// shorter one (it must end the run), `None` if it cannot join.
     pub fn accepts(&self, first: &[u8], seg: &[u8], index: usize) -> Option<bool> {
-        let l = layout(seg).ok()?;
-        if l.ip_len != self.layout.ip_len
-            || l.ipv6 != self.layout.ipv6
-            || l.payload == 0
-            || l.payload > self.layout.payload
-            || !same_flow(first, seg, l)
+        // `first` was parsed by `new`; `seg` need not be again (a sender checks every
+        // frame of every batch): equal header bytes (version, header length, protocol,
+        // fragment fields, addresses, ports) and lengths that agree with its size say the
+        // same as the parser would.
+        let Layout { ip_len, ipv6, .. } = self.layout;
+        let headers = ip_len + UDP_LEN;
+        if first.len() < headers || seg.len() <= headers || !same_flow(first, seg, self.layout) {
+            return None;
+        }
+        let field = |at: usize| usize::from(u16::from_be_bytes([seg[at], seg[at + 1]]));
+        let ip_length = if ipv6 {
+            seg.len() - IPV6_LEN
+        } else {
+            seg.len()
+        };
+        let payload = seg.len() - headers;
+        if field(if ipv6 { 4 } else { 2 }) != ip_length
+            || field(ip_len + 4) != seg.len() - ip_len
+            || payload > self.layout.payload
         {
             return None;
         }
-        if !l.ipv6 && u16::from_be_bytes([seg[4], seg[5]]) != self.id.wrapping_add(index as u16) {
+        if !ipv6 && field(4) != usize::from(self.id.wrapping_add(index as u16)) {
             return None;
         }
-        Some(l.payload == self.layout.payload)
+        Some(payload == self.layout.payload)
     }
 
     /// Rewrites `first`'s IP and UDP headers (in place) into those of a super-datagram with
@@ -274,18 +287,15 @@ pub fn merge(segments: &[&[u8]], out: &mut [u8]) -> Result<(usize, usize)> {
     if total > MAX_IP {
         return Err(Error::BufferTooSmall);
     }
-    let base_id = u16::from_be_bytes([first[4], first[5]]);
+    let head = RunHead {
+        layout: l0,
+        id: u16::from_be_bytes([first[4], first[5]]),
+    };
     for (i, s) in segments.iter().enumerate() {
-        let payload = s.len() - headers;
         let last = i + 1 == segments.len();
-        if (!last && payload != gso_size) || payload > gso_size || payload == 0 {
-            return Err(Error::HeaderMismatch);
-        }
-        if !same_flow(first, s, l0) {
-            return Err(Error::HeaderMismatch);
-        }
-        if !l0.ipv6 && u16::from_be_bytes([s[4], s[5]]) != base_id.wrapping_add(i as u16) {
-            return Err(Error::HeaderMismatch);
+        match head.accepts(first, s, i) {
+            Some(full) if full || last => {}
+            _ => return Err(Error::HeaderMismatch),
         }
     }
     let out = out.get_mut(..total).ok_or(Error::BufferTooSmall)?;
