@@ -1,6 +1,7 @@
 //! Frames in flight between the driver and a link: batches and what a send did.
 
 use super::af_packet::{MmsgHeaders, MAX_BATCH};
+use super::gso::Run;
 
 /// Largest frame handled: a 4096-byte IB MTU plus all headers, with room for jumbo frames.
 pub const MAX_FRAME: usize = 9216;
@@ -32,6 +33,9 @@ pub struct FrameBatch {
     pub(super) count: usize,
     /// System call headers pointing into `data` (whose heap buffer never moves).
     pub(super) headers: MmsgHeaders,
+    /// How a link that joins frames into super-frames grouped the batch (see
+    /// [`super::gso::plan`]).
+    pub(super) runs: Vec<Run>,
 }
 
 impl FrameBatch {
@@ -45,6 +49,7 @@ impl FrameBatch {
             lens: vec![0; capacity],
             count: 0,
             headers,
+            runs: vec![Run::default(); capacity],
         }
     }
     /// Slots in the batch.

@@ -11,7 +11,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex};
 
 use super::eventfd::EventFd;
-use super::gso::{self, Run};
+use super::gso;
 use super::vnet::VnetHdr;
 use super::{FrameBatch, Link, MAX_FRAME};
 
@@ -50,7 +50,6 @@ struct SuperWire {
     fault: SuperFault,
     sent: u64,
     held: Option<(Vec<u8>, VnetHdr)>,
-    runs: Vec<Run>,
 }
 
 /// Frames queued per direction before the wire drops (like a full NIC ring).
@@ -96,7 +95,6 @@ impl MemoryLink {
                 fault,
                 sent: 0,
                 held: None,
-                runs: vec![Run::default(); super::af_packet::MAX_BATCH],
             }))
         };
         a.gso = wire(fault_a);
@@ -151,9 +149,9 @@ impl Link for MemoryLink {
             MAX_FRAME,
             &batch.lens[..n],
             true,
-            &mut w.runs,
+            &mut batch.runs,
         );
-        for r in &w.runs[..m] {
+        for r in &batch.runs[..m] {
             let mut whole = batch.frame(r.first).to_vec();
             for k in r.first + 1..r.first + r.count {
                 whole.extend_from_slice(&batch.frame(k)[r.skip..]);

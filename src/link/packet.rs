@@ -7,9 +7,9 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use super::af_packet::{RawSocket, RingUse, MAX_BATCH};
+use super::af_packet::{RawSocket, RingUse};
 use super::bpf::{roce_filter, FilterSpec};
-use super::gso::{GsoOff, GsoState, Received, Run};
+use super::gso::{GsoOff, GsoState, Received};
 use super::interface::Interface;
 use super::oper_state::OperState;
 use super::packet_ring::Rings;
@@ -35,8 +35,6 @@ pub struct PacketLink {
     /// Whether frames of one flow leave joined into UDP GSO super-frames.
     gso: GsoState,
     gso_counters: GsoCounters,
-    /// The runs of the batch being sent.
-    runs: Mutex<Vec<Run>>,
     /// Segments of a super-frame that [`Link::recv`] has not handed out yet.
     pending: Mutex<std::collections::VecDeque<Vec<u8>>>,
 }
@@ -128,7 +126,6 @@ impl PacketLink {
         let link = PacketLink {
             gso: GsoState::new(socket.has_vnet()),
             gso_counters: GsoCounters::default(),
-            runs: Mutex::new(vec![Run::default(); MAX_BATCH]),
             pending: Mutex::default(),
             oper,
             iface,
@@ -287,9 +284,15 @@ impl Link for PacketLink {
         if !self.socket.has_vnet() {
             return self.socket.send_many(&b.data, &mut b.headers, &b.lens[..n]);
         }
-        let mut runs = self.runs.lock().expect("runs lock");
         let join = self.gso.on();
-        let m = super::gso::plan(&mut b.data, super::MAX_FRAME, &b.lens[..n], join, &mut runs);
+        let m = super::gso::plan(
+            &mut b.data,
+            super::MAX_FRAME,
+            &b.lens[..n],
+            join,
+            &mut b.runs,
+        );
+        let runs = &b.runs;
         match self
             .socket
             .send_runs(&b.data, &mut b.headers, &b.lens[..n], &runs[..m])
