@@ -313,6 +313,30 @@ mod tests {
     use crate::verbs::{wr, Access, QpCap, QpType, RcPath, WcStatus};
     use ferroce_transport::DcqcnConfig;
 
+    /// An RC QP on each side (its one CQ for both queues), connected to the other.
+    fn connected_rc(
+        (a, pd_a, cq_a): (
+            &Context,
+            &crate::verbs::ProtectionDomain,
+            &crate::verbs::CompletionQueue,
+        ),
+        (b, pd_b, cq_b): (
+            &Context,
+            &crate::verbs::ProtectionDomain,
+            &crate::verbs::CompletionQueue,
+        ),
+    ) -> (crate::verbs::QueuePair, crate::verbs::QueuePair) {
+        let qp = |pd: &crate::verbs::ProtectionDomain, cq| {
+            pd.create_qp(cq, cq, QpType::Rc, QpCap::default()).unwrap()
+        };
+        let (qp_a, qp_b) = (qp(pd_a, cq_a), qp(pd_b, cq_b));
+        qp_a.connect(&RcPath::new(b.gid(0).unwrap(), qp_b.qpn(), 0, 0))
+            .unwrap();
+        qp_b.connect(&RcPath::new(a.gid(0).unwrap(), qp_a.qpn(), 0, 0))
+            .unwrap();
+        (qp_a, qp_b)
+    }
+
     fn counter(ctx: &Context, name: &str) -> u64 {
         ctx.counters()
             .into_iter()
@@ -357,16 +381,7 @@ mod tests {
                 Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
             )
             .unwrap();
-        let qp_a = pd_a
-            .create_qp(&cq_a, &cq_a, QpType::Rc, QpCap::default())
-            .unwrap();
-        let qp_b = pd_b
-            .create_qp(&cq_b, &cq_b, QpType::Rc, QpCap::default())
-            .unwrap();
-        qp_a.connect(&RcPath::new(b.gid(0).unwrap(), qp_b.qpn(), 0, 0))
-            .unwrap();
-        qp_b.connect(&RcPath::new(a.gid(0).unwrap(), qp_a.qpn(), 0, 0))
-            .unwrap();
+        let (qp_a, _qp_b) = connected_rc((&a, &pd_a, &cq_a), (&b, &pd_b, &cq_b));
         let data: Vec<u8> = (0..len).map(|i| (i * 13 + i / 4096) as u8).collect();
         mr_a.write(0, &data).unwrap();
         let msg = 64 << 10;
@@ -442,16 +457,7 @@ mod tests {
         let mr_b = pd_b
             .reg_mr(len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
             .unwrap();
-        let qp_a = pd_a
-            .create_qp(&cq_a, &cq_a, QpType::Rc, QpCap::default())
-            .unwrap();
-        let qp_b = pd_b
-            .create_qp(&cq_b, &cq_b, QpType::Rc, QpCap::default())
-            .unwrap();
-        qp_a.connect(&RcPath::new(b.gid(0).unwrap(), qp_b.qpn(), 0, 0))
-            .unwrap();
-        qp_b.connect(&RcPath::new(a.gid(0).unwrap(), qp_a.qpn(), 0, 0))
-            .unwrap();
+        let (qp_a, _qp_b) = connected_rc((&a, &pd_a, &cq_a), (&b, &pd_b, &cq_b));
         let data: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
         mr_a.write(0, &data).unwrap();
         let start = Instant::now();
