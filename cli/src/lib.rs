@@ -7,3 +7,4 @@
 
 pub mod apps;
 pub mod decode;
+pub mod probe;

@@ -85,13 +85,19 @@ pub fn client_exchange(server: &str, port: u16, mine: &Dest) -> io::Result<Dest>
     let addr = (server, port).to_socket_addrs()?.next().ok_or_else(|| {
         io::Error::new(io::ErrorKind::NotFound, format!("cannot resolve {server}"))
     })?;
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(|e| {
+    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(|e| {
         io::Error::new(
             e.kind(),
             format!("couldn't connect to {server}:{port}: {e} (is the server running?)"),
         )
     })?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    client_exchange_on(s, mine)
+}
+
+/// Client side on a connection already made: send `mine`, receive the server's, send
+/// "done".
+pub fn client_exchange_on(mut s: TcpStream, mine: &Dest) -> io::Result<Dest> {
     s.write_all(&mine.encode())?;
     let theirs = read_msg(&mut s)?;
     s.write_all(b"done\0")?;

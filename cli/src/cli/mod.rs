@@ -11,6 +11,7 @@ mod mesh;
 mod ops;
 mod perf;
 mod pingpong;
+mod probe;
 mod ratelog;
 
 /// A user-space RoCE v2 stack.
@@ -50,6 +51,9 @@ pub enum Command {
         after_long_help = exec::HELP
     )]
     Exec(exec::ExecArgs),
+    /// Test another RoCE stack (rxe, a NIC): scripted conformance cases with spec verdicts.
+    #[command(subcommand)]
+    Probe(probe::ProbeCommand),
 }
 
 /// A user-facing error: printed as one line, exit code 2.
@@ -164,5 +168,6 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Devinfo(a) => devices::devinfo(a),
         Command::Exec(a) => exec::run(a),
         Command::Mesh(a) => mesh::run(a),
+        Command::Probe(c) => probe::run(c),
     }
 }

@@ -27,8 +27,9 @@ pub use params::{AtomicOp, Conn, Kind, Options, Params, Test, Verb};
 pub use report::LatStats;
 
 /// The cycle buffer and cache line size this side announces (x86 page and line sizes).
-const CYCLE_BUFFER: u32 = 4096;
-const CACHE_LINE: u32 = 64;
+pub const CYCLE_BUFFER: u32 = 4096;
+/// The cache line size this side announces.
+pub const CACHE_LINE: u32 = 64;
 
 /// Why a run failed.
 #[derive(Debug)]

@@ -1,0 +1,163 @@
+//! `ferroce probe`: a RoCE peer that speaks perfect RoCE, then says exactly the wrong
+//! thing at the right moment and checks the answer. It tests *other* stacks (a NIC, rxe,
+//! an FPGA design) as well as ferroce: it reaches the target through a program the target
+//! already runs, takes over the connection's PSN and key state, and runs cases written as
+//! data (TOML, see [`cases`]), each with the answer the IB spec requires.
+//!
+//! Layout: [`cases`] (the file format), [`expr`] (its arithmetic), [`peer`] (raw frames
+//! on a link), [`runner`] (one case on one connection), [`target`] (reaching a target
+//! program), [`local`] (ferroce itself in process), [`report`] (the verdict table).
+
+pub mod cases;
+pub mod expr;
+pub mod local;
+pub mod peer;
+pub mod report;
+pub mod runner;
+pub mod target;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ferroce::link::Link;
+
+use cases::Case;
+use peer::{Addressing, Peer};
+use runner::{Outcome, Verdict};
+use target::{Mine, Target};
+
+/// How a suite runs.
+#[derive(Debug, Clone, Default)]
+pub struct SuiteOptions {
+    /// Write each case's frames to `DIR/NAME.pcap`.
+    pub pcap_dir: Option<PathBuf>,
+    /// The target's stack (`rxe`, `ferroce`, ...): deviations a case documents for it are
+    /// reported as KNOWN instead of FAIL.
+    pub stack: Option<String>,
+}
+
+/// Runs `cases` one by one, each on a fresh connection to `target`; `progress` sees each
+/// outcome as it comes.
+pub fn run_suite(
+    cases: &[Case],
+    target: &mut dyn Target,
+    link: &Arc<dyn Link>,
+    addr: Addressing,
+    opts: &SuiteOptions,
+    progress: &mut dyn FnMut(&Case, &Outcome),
+) -> Vec<Outcome> {
+    let mut out = Vec::with_capacity(cases.len());
+    for case in cases {
+        let o = run_one(case, target, link, addr, opts);
+        progress(case, &o);
+        out.push(o);
+    }
+    out
+}
+
+fn run_one(
+    case: &Case,
+    target: &mut dyn Target,
+    link: &Arc<dyn Link>,
+    addr: Addressing,
+    opts: &SuiteOptions,
+) -> Outcome {
+    let skipped = |why: String| Outcome {
+        name: case.name.clone(),
+        verdict: Verdict::Skip(why),
+        lines: Vec::new(),
+        failed_step: None,
+    };
+    if !target.offers().contains(&case.needs) {
+        return skipped(format!(
+            "needs a target with {} rights/behaviour",
+            case.needs.name()
+        ));
+    }
+    let qpn = pick_qpn(link.as_ref());
+    let mut peer = Peer::new(link.clone(), addr, qpn);
+    let mine = Mine {
+        qpn,
+        psn: random24(),
+        gid: peer.gid(),
+    };
+    let connected = match target.connect(mine, case.needs) {
+        Ok(c) => c,
+        Err(e) => {
+            return Outcome {
+                name: case.name.clone(),
+                verdict: Verdict::Error(e),
+                lines: Vec::new(),
+                failed_step: None,
+            }
+        }
+    };
+    if target::ip_of(connected.gid) != addr.target_ip {
+        return Outcome {
+            name: case.name.clone(),
+            verdict: Verdict::Error(format!(
+                "the target's GID {} is not at {} (use the target's RoCE address)",
+                connected.gid, addr.target_ip
+            )),
+            lines: Vec::new(),
+            failed_step: None,
+        };
+    }
+    let _ = peer.drain();
+    let mut o = runner::run_case(case, &mut peer, connected.remote);
+    if let Some(close) = connected.close {
+        close();
+    }
+    if o.verdict == Verdict::Fail {
+        if let Some(stack) = &opts.stack {
+            if let Some((_, why)) = case.known.iter().find(|(s, _)| s == stack) {
+                o.verdict = Verdict::Known(why.clone());
+            }
+        }
+    }
+    if let Some(dir) = &opts.pcap_dir {
+        let path = dir.join(format!("{}.pcap", case.name));
+        if let Err(e) = peer.write_pcap(&path, 0) {
+            o.lines.push(runner::Line {
+                step: 0,
+                what: "note",
+                text: format!("cannot write {}: {e}", path.display()),
+            });
+        }
+    }
+    o
+}
+
+/// A QP number the link delivers to this process: on a shared interface, in a block this
+/// process owns (claimed on first use, as the driver claims one for its first QP).
+fn pick_qpn(link: &dyn Link) -> u32 {
+    use ferroce::transport::QPN_BLOCK_BITS;
+    let r = random24();
+    let block = match link.qpn_blocks() {
+        Some(blocks) if !blocks.is_empty() => Some(blocks[0]),
+        Some(_) => link.claim_qpn_block().ok().flatten(),
+        None => None,
+    };
+    match block {
+        Some(b) => {
+            let low = (r & ((1 << QPN_BLOCK_BITS) - 1)).max(2);
+            (u32::from(b) << QPN_BLOCK_BITS) | low
+        }
+        None => (r & 0xff_ffff).max(2),
+    }
+}
+
+/// 24 random bits (a PSN, a QP number): the OS's random source, or, should it fail, a
+/// hasher's random keys (the probe's own numbers protect nothing).
+pub(crate) fn random24() -> u32 {
+    ferroce::verbs::random_psn().unwrap_or_else(|_| {
+        use std::hash::BuildHasher;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        std::collections::hash_map::RandomState::new().hash_one(nanos) as u32 & 0xff_ffff
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,371 @@
+//! The probe's side of a connection: raw RoCE v2 frames on a link, built field by field
+//! with `ferroce-wire` (so any of them may be wrong on purpose), and every frame sent or
+//! received kept with its time for the case's pcap.
+
+use std::io;
+use std::net::{IpAddr, Ipv6Addr};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use ferroce::capture::PcapSink;
+use ferroce::link::{Link, MAX_FRAME};
+use ferroce_wire::frame::{finalize, DatagramRepr, EthernetRepr, Frame, FrameRepr, IpRepr};
+use ferroce_wire::{BthRepr, ExtRepr, IbRepr, Opcode, Psn, Syndrome};
+
+/// The two ends' addresses.
+#[derive(Debug, Clone, Copy)]
+pub struct Addressing {
+    /// The probe's MAC and IP.
+    pub mac: [u8; 6],
+    /// The probe's IP address.
+    pub ip: IpAddr,
+    /// The target's MAC address (its next hop's).
+    pub target_mac: [u8; 6],
+    /// The target's IP address.
+    pub target_ip: IpAddr,
+}
+
+/// Changes applied to a built frame before it leaves: the deliberate mistakes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tweak {
+    /// Replace the opcode byte (the headers stay those of the built opcode).
+    pub opcode: Option<u8>,
+    /// BTH transport header version.
+    pub tver: Option<u8>,
+    /// BTH pad count.
+    pub pad: Option<u8>,
+    /// UDP destination port.
+    pub udp_dport: Option<u16>,
+    /// Flip the ICRC.
+    pub bad_icrc: bool,
+    /// Bytes cut off the end after everything else.
+    pub truncate: usize,
+}
+
+/// A frame from the target, decoded.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// When it arrived.
+    pub at: Instant,
+    /// BTH opcode.
+    pub opcode: Opcode,
+    /// BTH PSN.
+    pub psn: u32,
+    /// AETH syndrome, if the packet has one.
+    pub syndrome: Option<Syndrome>,
+    /// AETH MSN.
+    pub msn: Option<u32>,
+    /// AtomicAckETH original value.
+    pub orig: Option<u64>,
+    /// Payload bytes.
+    pub payload_len: usize,
+    /// Whether its ICRC was right.
+    pub icrc_ok: bool,
+}
+
+impl std::fmt::Display for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} psn={:#08x}", self.opcode.name(), self.psn)?;
+        if let Some(s) = self.syndrome {
+            write!(f, " {}", syndrome_name(s))?;
+        }
+        if let Some(m) = self.msn {
+            write!(f, " msn={m}")?;
+        }
+        if let Some(o) = self.orig {
+            write!(f, " orig={o:#x}")?;
+        }
+        if self.payload_len > 0 {
+            write!(f, " len={}", self.payload_len)?;
+        }
+        if !self.icrc_ok {
+            write!(f, " BAD-ICRC")?;
+        }
+        Ok(())
+    }
+}
+
+/// A short name for an AETH syndrome.
+pub fn syndrome_name(s: Syndrome) -> String {
+    match s {
+        Syndrome::Ack { .. } => "ACK".into(),
+        Syndrome::RnrNak { timer } => format!("RNR_NAK(timer {timer})"),
+        Syndrome::Nak(code) => format!("NAK({code:?})"),
+    }
+}
+
+/// Which way a logged frame went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dir {
+    /// From the probe.
+    Out,
+    /// From the target.
+    In,
+}
+
+/// The raw endpoint.
+pub struct Peer {
+    link: Arc<dyn Link>,
+    addr: Addressing,
+    /// The probe's QP number (the target's destination QP).
+    pub qpn: u32,
+    src_port: u16,
+    ip_id: u16,
+    log: Vec<(SystemTime, Dir, Vec<u8>)>,
+    buf: Vec<u8>,
+    /// Frames from the target that could not be decoded (counted, kept in the pcap).
+    pub undecodable: u64,
+}
+
+impl std::fmt::Debug for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Peer")
+            .field("addr", &self.addr)
+            .field("qpn", &self.qpn)
+            .finish()
+    }
+}
+
+impl Peer {
+    /// An endpoint with QP number `qpn` on `link`.
+    pub fn new(link: Arc<dyn Link>, addr: Addressing, qpn: u32) -> Peer {
+        Peer {
+            link,
+            addr,
+            qpn,
+            // In the dynamic range, varying with the QP as rxe's is.
+            src_port: 0xc000 | (qpn as u16 & 0x3fff),
+            ip_id: 1,
+            log: Vec::new(),
+            buf: vec![0; MAX_FRAME.max(64 * 1024)],
+            undecodable: 0,
+        }
+    }
+
+    /// The addresses in use.
+    pub fn addressing(&self) -> &Addressing {
+        &self.addr
+    }
+
+    /// The probe's GID (its IP address as a GID).
+    pub fn gid(&self) -> Ipv6Addr {
+        ferroce::net::gid::gid_of(self.addr.ip)
+    }
+
+    /// Builds the frame for one IB packet and applies `tweak`.
+    pub fn build(
+        &mut self,
+        bth: BthRepr,
+        ext: ExtRepr,
+        payload: &[u8],
+        tweak: &Tweak,
+    ) -> io::Result<Vec<u8>> {
+        let ip = match (self.addr.ip, self.addr.target_ip) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => IpRepr::V4 {
+                src,
+                dst,
+                dscp: 0,
+                ecn: 2,
+                ttl: 64,
+                identification: self.ip_id,
+                dont_fragment: true,
+            },
+            (src, dst) => IpRepr::V6 {
+                src: v6(src),
+                dst: v6(dst),
+                traffic_class: 2,
+                flow_label: 0,
+                hop_limit: 64,
+            },
+        };
+        self.ip_id = self.ip_id.wrapping_add(1);
+        let repr = FrameRepr {
+            ethernet: EthernetRepr {
+                src: self.addr.mac,
+                dst: self.addr.target_mac,
+                vlan: None,
+            },
+            datagram: DatagramRepr {
+                ip,
+                src_port: self.src_port,
+                ib: IbRepr { bth, ext, payload },
+            },
+        };
+        let mut frame = vec![0u8; repr.buffer_len()];
+        repr.emit(&mut frame).map_err(invalid)?;
+        let ip_off = repr.ethernet.header_len();
+        let udp_off = ip_off
+            + match ip {
+                IpRepr::V4 { .. } => 20,
+                IpRepr::V6 { .. } => 40,
+            };
+        let bth_off = udp_off + 8;
+        let mut changed = false;
+        if let Some(op) = tweak.opcode {
+            frame[bth_off] = op;
+            changed = true;
+        }
+        if let Some(pad) = tweak.pad {
+            frame[bth_off + 1] = (frame[bth_off + 1] & !0x30) | ((pad & 3) << 4);
+            changed = true;
+        }
+        if let Some(tver) = tweak.tver {
+            frame[bth_off + 1] = (frame[bth_off + 1] & 0xf0) | (tver & 0xf);
+            changed = true;
+        }
+        if let Some(port) = tweak.udp_dport {
+            frame[udp_off + 2..udp_off + 4].copy_from_slice(&port.to_be_bytes());
+            changed = true;
+        }
+        if changed {
+            finalize(&mut frame[ip_off..]).map_err(invalid)?;
+        }
+        if tweak.bad_icrc {
+            let n = frame.len();
+            frame[n - 1] ^= 0xff;
+        }
+        let keep = frame.len().saturating_sub(tweak.truncate).max(ip_off);
+        frame.truncate(keep);
+        Ok(frame)
+    }
+
+    /// Sends one frame (logged).
+    pub fn send(&mut self, frame: Vec<u8>) -> io::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while !self.link.send(&frame)? {
+            if Instant::now() > deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the link stayed full for 1 s",
+                ));
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        self.log.push((SystemTime::now(), Dir::Out, frame));
+        Ok(())
+    }
+
+    /// The next RoCE packet from the target to the probe's QP, waiting until `deadline`.
+    /// Other frames (other hosts, other QPs) are skipped; undecodable ones from the target
+    /// are counted and logged.
+    pub fn recv(&mut self, deadline: Instant) -> io::Result<Option<Reply>> {
+        loop {
+            if let Some(n) = self.link.recv(&mut self.buf)? {
+                let at = Instant::now();
+                let frame = &self.buf[..n];
+                match Frame::parse(frame) {
+                    Ok(f) => {
+                        let from = ferroce::net::gid::addr_of(f.datagram.src_gid());
+                        let ib = f.ib();
+                        if from != self.addr.target_ip || ib.bth().dest_qp() != self.qpn {
+                            continue;
+                        }
+                        let reply = decode(&f, at);
+                        self.log.push((SystemTime::now(), Dir::In, frame.to_vec()));
+                        return Ok(Some(reply));
+                    }
+                    Err(_) => {
+                        if frame_from(frame, self.addr.target_ip) {
+                            self.undecodable += 1;
+                            self.log.push((SystemTime::now(), Dir::In, frame.to_vec()));
+                        }
+                    }
+                }
+                continue;
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
+    /// Drops whatever is queued (late answers of an earlier step).
+    pub fn drain(&mut self) -> io::Result<usize> {
+        let mut n = 0;
+        while self.recv(Instant::now())?.is_some() {
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Frames logged so far.
+    pub fn log_len(&self) -> usize {
+        self.log.len()
+    }
+
+    /// Writes the frames logged since `from` as a pcap.
+    pub fn write_pcap(&self, path: &Path, from: usize) -> io::Result<()> {
+        let mut sink = PcapSink::create(path)?;
+        for (t, _, frame) in &self.log[from.min(self.log.len())..] {
+            let ts = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+            sink.write(ts, frame)?;
+        }
+        Ok(())
+    }
+
+    /// The logged frames since `from`, with their direction.
+    pub fn frames(&self, from: usize) -> impl Iterator<Item = (Dir, &[u8])> {
+        self.log[from.min(self.log.len())..]
+            .iter()
+            .map(|(_, d, f)| (*d, f.as_slice()))
+    }
+}
+
+fn decode(f: &Frame<'_>, at: Instant) -> Reply {
+    let ib = f.ib();
+    let bth = ib.bth();
+    let aeth = ib.aeth();
+    Reply {
+        at,
+        opcode: ib.opcode(),
+        psn: bth.psn().value(),
+        syndrome: aeth
+            .as_ref()
+            .and_then(|a| Syndrome::from_byte(a.syndrome_raw()).ok()),
+        msn: aeth.as_ref().map(|a| a.msn()),
+        orig: ib.atomic_ack_eth().map(|a| a.orig()),
+        payload_len: ib.payload().len(),
+        icrc_ok: f.icrc_ok(),
+    }
+}
+
+/// Whether an undecodable frame still comes from `ip` (IPv4 or IPv6, untagged).
+fn frame_from(frame: &[u8], ip: IpAddr) -> bool {
+    match (frame.get(12..14), ip) {
+        (Some([0x08, 0x00]), IpAddr::V4(a)) => frame.get(26..30) == Some(&a.octets()[..]),
+        (Some([0x86, 0xdd]), IpAddr::V6(a)) => frame.get(22..38) == Some(&a.octets()[..]),
+        _ => false,
+    }
+}
+
+fn v6(a: IpAddr) -> Ipv6Addr {
+    match a {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    }
+}
+
+fn invalid(e: ferroce_wire::Error) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("cannot build the frame: {e}"),
+    )
+}
+
+/// A BTH for a packet of ours to the target.
+pub fn bth(opcode: Opcode, dest_qp: u32, psn: u32, ack_req: bool) -> BthRepr {
+    BthRepr {
+        opcode,
+        solicited: false,
+        mig_req: true,
+        pad_count: 0,
+        pkey: 0xffff,
+        fecn: false,
+        becn: false,
+        dest_qp: dest_qp & 0xff_ffff,
+        ack_req,
+        psn: Psn::new(psn),
+    }
+}

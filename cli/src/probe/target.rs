@@ -1,0 +1,258 @@
+//! Reaching a target: the out-of-band exchange of a program the target already runs
+//! (an `ibv_rc_pingpong` server, or a perftest `ib_write_bw` / `ib_read_bw` /
+//! `ib_atomic_bw` server), so that the target needs nothing from ferroce; or ferroce's own
+//! stack in this process on an in-memory wire (`local`), for tests and demos.
+//!
+//! Each case gets a fresh connection: a case may leave the target's QP in the error state
+//! (as the spec requires after an invalid request or access error). Those programs serve
+//! one client and exit, so a target is kept in a loop (see `ferroce probe --help`) and
+//! [`Target::connect`] retries until the next one listens.
+
+use std::net::{IpAddr, Ipv6Addr, TcpStream};
+use std::time::{Duration, Instant};
+
+use ferroce::transport::Mtu;
+
+use super::cases::Needs;
+use super::runner::Remote;
+use crate::apps::oob;
+use crate::apps::perftest::exchange::{BwReport, Control, KeyMsg};
+use crate::apps::perftest::{CACHE_LINE, CYCLE_BUFFER};
+
+/// The probe's own QP as the target must learn it.
+#[derive(Debug, Clone, Copy)]
+pub struct Mine {
+    /// QP number.
+    pub qpn: u32,
+    /// First PSN the probe sends.
+    pub psn: u32,
+    /// The probe's GID.
+    pub gid: Ipv6Addr,
+}
+
+/// A connection to the target's QP.
+pub struct Connected {
+    /// What the probe knows of the target's QP.
+    pub remote: Remote,
+    /// The target's GID (where its RoCE packets come from).
+    pub gid: Ipv6Addr,
+    /// Ends the out-of-band side, if the program expects an ending.
+    pub close: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl std::fmt::Debug for Connected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connected")
+            .field("remote", &self.remote)
+            .field("gid", &self.gid)
+            .finish()
+    }
+}
+
+/// Something the probe can connect to, once per case.
+pub trait Target {
+    /// One line for the report: which program, where.
+    fn describe(&self) -> String;
+    /// What its QP offers.
+    fn offers(&self) -> &[Needs];
+    /// Connects a fresh QP of the target to `mine`, for a case that `needs` this.
+    fn connect(&mut self, mine: Mine, needs: Needs) -> Result<Connected, String>;
+}
+
+/// The program a target runs, reached by its own exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Via {
+    /// `ibv_rc_pingpong` server (receives posted; it answers a SEND with its own).
+    Pingpong,
+    /// `ib_write_bw` server (RDMA WRITE rights on its buffer).
+    WriteBw,
+    /// `ib_read_bw` server (RDMA READ rights).
+    ReadBw,
+    /// `ib_atomic_bw` server (atomic rights on 8 bytes).
+    AtomicBw,
+}
+
+/// A target reached through a program's out-of-band TCP exchange.
+#[derive(Debug)]
+pub struct OobTarget {
+    /// The program.
+    pub via: Via,
+    /// Its host (the out-of-band address).
+    pub host: String,
+    /// Its TCP port.
+    pub port: u16,
+    /// Path MTU to ask for (perftest) or assume (pingpong: its `-m`).
+    pub mtu: Mtu,
+    /// The size of the target's buffer the cases may use.
+    pub size: u64,
+    /// How long to keep trying to connect (the target's next run may be starting).
+    pub connect_wait: Duration,
+    offers: Vec<Needs>,
+}
+
+impl OobTarget {
+    /// A target running `via` at `host:port`.
+    pub fn new(via: Via, host: String, port: u16, mtu: Mtu, size: Option<u64>) -> OobTarget {
+        let (offers, default_size) = match via {
+            Via::Pingpong => (vec![Needs::Any, Needs::Send, Needs::Requester], 4096),
+            // perftest's WRITE, READ and atomic servers post no receives.
+            Via::WriteBw => (vec![Needs::Any, Needs::Write, Needs::NoRecv], 65536),
+            Via::ReadBw => (vec![Needs::Any, Needs::Read, Needs::NoRecv], 65536),
+            Via::AtomicBw => (vec![Needs::Any, Needs::Atomic, Needs::NoRecv], 8),
+        };
+        OobTarget {
+            via,
+            host,
+            port,
+            mtu,
+            size: size.unwrap_or(default_size),
+            connect_wait: Duration::from_secs(20),
+            offers,
+        }
+    }
+
+    fn tcp(&self) -> Result<TcpStream, String> {
+        use std::net::ToSocketAddrs;
+        let deadline = Instant::now() + self.connect_wait;
+        let addrs: Vec<_> = (self.host.as_str(), self.port)
+            .to_socket_addrs()
+            .map_err(|e| format!("cannot resolve {}: {e}", self.host))?
+            .collect();
+        loop {
+            let mut last = None;
+            for a in &addrs {
+                match TcpStream::connect_timeout(a, Duration::from_secs(2)) {
+                    Ok(s) => return Ok(s),
+                    Err(e) => last = Some(e),
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "couldn't connect to {}:{} for {} s: {} (is the target program running, in a loop for more than one case?)",
+                    self.host,
+                    self.port,
+                    self.connect_wait.as_secs(),
+                    last.map_or("no address".into(), |e| e.to_string())
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Target for OobTarget {
+    fn describe(&self) -> String {
+        let prog = match self.via {
+            Via::Pingpong => "ibv_rc_pingpong",
+            Via::WriteBw => "ib_write_bw",
+            Via::ReadBw => "ib_read_bw",
+            Via::AtomicBw => "ib_atomic_bw",
+        };
+        format!("{prog} server at {}:{}", self.host, self.port)
+    }
+
+    fn offers(&self) -> &[Needs] {
+        &self.offers
+    }
+
+    fn connect(&mut self, mine: Mine, _needs: Needs) -> Result<Connected, String> {
+        // A program just restarting may take the connection into its old listener's
+        // backlog and never answer, or reset it: try again until `connect_wait` is over.
+        let deadline = Instant::now() + self.connect_wait;
+        loop {
+            match self.exchange(mine) {
+                Ok(c) => return Ok(c),
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(e) => {
+                    tracing::debug!(error = %e, "out-of-band exchange failed; trying again");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        }
+    }
+}
+
+impl OobTarget {
+    fn exchange(&mut self, mine: Mine) -> Result<Connected, String> {
+        let stream = self.tcp()?;
+        let timeout = Duration::from_secs(3);
+        stream
+            .set_read_timeout(Some(timeout))
+            .map_err(|e| e.to_string())?;
+        let mtu = self.mtu.bytes();
+        if self.via == Via::Pingpong {
+            let d = oob::client_exchange_on(
+                stream,
+                &oob::Dest {
+                    lid: 0,
+                    qpn: mine.qpn,
+                    psn: mine.psn,
+                    gid: mine.gid,
+                },
+            )
+            .map_err(|e| format!("pingpong exchange: {e}"))?;
+            return Ok(Connected {
+                remote: Remote {
+                    qpn: d.qpn,
+                    epsn: mine.psn,
+                    va: 0,
+                    rkey: 0,
+                    size: self.size,
+                    mtu,
+                    // ibv_rc_pingpong's timeout 14: 4.096 µs << 14.
+                    timeout_ms: 67,
+                },
+                gid: d.gid,
+                close: None,
+            });
+        }
+        let _ = stream.set_nodelay(true);
+        let mut ctl = Control::new(stream, true);
+        let ex =
+            |e: crate::apps::perftest::exchange::ExchangeError| format!("perftest exchange: {e}");
+        ctl.versions().map_err(ex)?;
+        ctl.sys_data(CYCLE_BUFFER, CACHE_LINE).map_err(ex)?;
+        let mtu_agreed = ctl.mtu(self.mtu).map_err(ex)?;
+        let key = KeyMsg {
+            lid: 0,
+            out_reads: 16,
+            qpn: mine.qpn,
+            psn: mine.psn,
+            rkey: 0,
+            vaddr: 0,
+            gid: mine.gid,
+            srqn: 0,
+        };
+        let theirs = ctl.handshake(&key).map_err(ex)?;
+        // The target connects its QP between these; the last follows its move to RTR.
+        ctl.handshake(&key).map_err(ex)?;
+        ctl.handshake(&key).map_err(ex)?;
+        let close = move || {
+            // The end of a bw run as the client ends it; a target whose QP a case broke
+            // still finishes its side.
+            let _ = ctl.set_read_timeout(Some(Duration::from_secs(3)));
+            let _ = ctl.handshake(&key);
+            let _ = ctl.bw_reports(&BwReport::default());
+            let _ = ctl.finish(&key);
+        };
+        Ok(Connected {
+            remote: Remote {
+                qpn: theirs.qpn,
+                epsn: mine.psn,
+                va: theirs.vaddr,
+                rkey: theirs.rkey,
+                size: self.size,
+                mtu: mtu_agreed.bytes(),
+                // perftest's default timeout 14.
+                timeout_ms: 67,
+            },
+            gid: theirs.gid,
+            close: Some(Box::new(close)),
+        })
+    }
+}
+
+/// The IP address RoCE packets of `gid` come from.
+pub fn ip_of(gid: Ipv6Addr) -> IpAddr {
+    ferroce::net::gid::addr_of(gid)
+}

@@ -1,0 +1,149 @@
+//! The built-in suite against ferroce itself on an in-memory wire, and the runner's own
+//! checks: a wrong expectation must fail, a missing capability must skip.
+
+use super::cases::{self, Case};
+use super::local::LocalTarget;
+use super::runner::Verdict;
+use super::*;
+
+fn run(cases: &[Case]) -> Vec<Outcome> {
+    run_as(cases, None)
+}
+
+fn run_as(cases: &[Case], stack: Option<&str>) -> Vec<Outcome> {
+    let (mut target, link, addr) = LocalTarget::new().unwrap();
+    let opts = SuiteOptions {
+        stack: stack.map(str::to_string),
+        ..Default::default()
+    };
+    let mut log = Vec::new();
+    let outcomes = run_suite(cases, &mut target, &link, addr, &opts, &mut |c, o| {
+        report::case_block(&mut log, c, o).unwrap();
+    });
+    print!("{}", String::from_utf8_lossy(&log));
+    outcomes
+}
+
+/// Every case passes on ferroce but the deviations its case files document for it.
+#[test]
+fn ferroce_passes_the_builtin_suite() {
+    let all = cases::builtin();
+    let outcomes = run_as(&all, Some("ferroce"));
+    let bad: Vec<_> = outcomes
+        .iter()
+        .filter(|o| !matches!(o.verdict, Verdict::Pass | Verdict::Known(_)))
+        .map(|o| format!("{} {:?}", o.name, o.verdict))
+        .collect();
+    assert!(bad.is_empty(), "cases not passed: {bad:#?}");
+    assert_eq!(outcomes.len(), all.len());
+    let known: Vec<_> = outcomes
+        .iter()
+        .filter(|o| matches!(o.verdict, Verdict::Known(_)))
+        .map(|o| o.name.as_str())
+        .collect();
+    assert_eq!(known, ["reserved-opcode"]);
+}
+
+fn one(text: &str) -> Vec<Case> {
+    cases::parse(text, "test.toml").unwrap()
+}
+
+#[test]
+fn a_wrong_expectation_fails_at_its_step() {
+    // The target ACKs this SEND; the case claims a NAK, then an ACK with a wrong PSN.
+    let c = one(r#"
+[[case]]
+name = "wrong-nak"
+needs = "send"
+summary = "s"
+cite = "c"
+steps = [ { send = "SEND", len = 8 }, { expect = "NAK_PSN_SEQ" } ]
+
+[[case]]
+name = "wrong-psn"
+needs = "send"
+summary = "s"
+cite = "c"
+steps = [ { send = "SEND", len = 8 }, { expect = "ACK", psn = "last+1" } ]
+
+[[case]]
+name = "wrong-silence"
+needs = "send"
+summary = "s"
+cite = "c"
+known = { ferroce = "documented" }
+steps = [ { send = "SEND", len = 8 }, { expect = "NOTHING" } ]
+"#);
+    let o = run(&c);
+    assert_eq!(o[0].verdict, Verdict::Fail);
+    assert_eq!(o[0].failed_step, Some(2));
+    assert!(o[0]
+        .lines
+        .iter()
+        .any(|l| l.what == "observed" && l.text.contains("RC_ACKNOWLEDGE")));
+    assert_eq!(o[1].verdict, Verdict::Fail);
+    assert_eq!(o[2].verdict, Verdict::Fail);
+    // With the stack named, a documented deviation is KNOWN, not FAIL.
+    let (mut target, link, addr) = LocalTarget::new().unwrap();
+    let opts = SuiteOptions {
+        stack: Some("ferroce".into()),
+        ..Default::default()
+    };
+    let o = run_suite(&c[2..], &mut target, &link, addr, &opts, &mut |_, _| {});
+    assert_eq!(o[0].verdict, Verdict::Known("documented".into()));
+}
+
+#[test]
+fn missing_capabilities_skip_and_pcaps_hold_both_directions() {
+    struct Writer(LocalTarget);
+    impl target::Target for Writer {
+        fn describe(&self) -> String {
+            "write only".into()
+        }
+        fn offers(&self) -> &[cases::Needs] {
+            &[cases::Needs::Any, cases::Needs::Write]
+        }
+        fn connect(
+            &mut self,
+            mine: target::Mine,
+            needs: cases::Needs,
+        ) -> Result<target::Connected, String> {
+            self.0.connect(mine, needs)
+        }
+    }
+    let (t, link, addr) = LocalTarget::new().unwrap();
+    let mut t = Writer(t);
+    let dir = std::env::temp_dir().join(format!("ferroce-probe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let opts = SuiteOptions {
+        pcap_dir: Some(dir.clone()),
+        ..Default::default()
+    };
+    let all = cases::builtin();
+    let o = run_suite(&all, &mut t, &link, addr, &opts, &mut |_, _| {});
+    for (c, o) in all.iter().zip(&o) {
+        let runs = matches!(c.needs, cases::Needs::Any | cases::Needs::Write);
+        assert_eq!(!runs, matches!(o.verdict, Verdict::Skip(_)), "{}", c.name);
+    }
+    // A case's pcap holds what the probe sent and what came back, ICRCs intact.
+    let pcap = dir.join("psn-sequence-error.pcap");
+    assert!(!pcap.exists(), "a skipped case writes no pcap");
+    let pcap = dir.join("write-bad-rkey.pcap");
+    let mut r = ferroce::capture::CaptureReader::open(&pcap).unwrap();
+    let mut frames = Vec::new();
+    while let Some(f) = r.next_frame() {
+        frames.push(f.unwrap());
+    }
+    assert!(frames.len() >= 2, "{} frames", frames.len());
+    let ops: Vec<_> = frames
+        .iter()
+        .map(|f| {
+            let fr = ferroce_wire::frame::Frame::parse(&f.data).unwrap();
+            assert!(fr.icrc_ok());
+            fr.ib().opcode()
+        })
+        .collect();
+    assert_eq!(ops[0], ferroce_wire::Opcode::RC_RDMA_WRITE_ONLY);
+    assert_eq!(ops[1], ferroce_wire::Opcode::RC_ACKNOWLEDGE);
+    let _ = std::fs::remove_dir_all(&dir);
+}
