@@ -11,7 +11,8 @@
 #           client on one veth end and on lo (ferroce's tools and, on the library, Debian's
 #           ib_write_bw, ib_send_lat, ibv_rc_pingpong), an 8-process all-to-all mesh with
 #           one SIGKILLed, and what is left behind (tests/netns/many_procs.sh); the UDP
-#           GSO data path at both MTUs (tests/netns/gso.sh)
+#           GSO data path at both MTUs (tests/netns/gso.sh); `ferroce probe conformance`
+#           against ferroce's own servers (tests/probe/conformance.sh ferroce)
 #   dcqcn   two ferroce flows through a router namespace's htb + RED ECN bottleneck, DCQCN
 #           on and off: utilisation, fairness, marks not drops (tests/dcqcn/run.sh)
 #   interop ferroce <-> Linux rxe with rdma-core's ibv_*_pingpong, both roles, sizes, MTUs,
@@ -20,7 +21,8 @@
 #           ibv_*_pingpong and perftest binaries on both sides, on ferroce's libibverbs
 #           (`ferroce exec`) and on rxe, both roles (tests/interop/rxe_libibverbs.sh);
 #           rdma-core's own test suite on rxe and on ferroce's libibverbs, side by side:
-#           a FAIL where a test passes on rxe and fails on ferroce (tests/interop/rxe_rdma_core.sh)
+#           a FAIL where a test passes on rxe and fails on ferroce (tests/interop/rxe_rdma_core.sh);
+#           `ferroce probe conformance` against rxe (tests/probe/conformance.sh rxe)
 # Each runs on this host when its kernel has what it needs (netem; sch_red; rdma_rxe) and otherwise
 # inside the rxe VM (Debian's Linux 6.1 under qemu, TCG when there is no KVM), where both
 # share one boot.
@@ -86,6 +88,8 @@ if (cd "$root" && cargo build --release --quiet -p ferroce-ibverbs --lib); then
   OUT=$out bash "$here/netns/gso.sh" "$bin" | tee "$out/gso.txt"
   echo "[system] many processes on one interface (veth and lo), 8-rank mesh with a SIGKILL"
   OUT=$out bash "$here/netns/many_procs.sh" "$bin" | tee "$out/many-procs.txt"
+  echo "[system] ferroce probe conformance against ferroce's own servers over a veth"
+  OUT=$out bash "$here/probe/conformance.sh" "$bin" ferroce | tee "$out/probe-ferroce.txt"
 else
   echo "FAIL libibverbs: cargo build --release -p ferroce-ibverbs failed" | tee "$out/libibverbs.txt"
 fi
@@ -103,6 +107,7 @@ if host_has_rxe; then
   RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_perftest.sh" "$bin" "$mode" | tee "$out/perftest.txt"
   FERROCE_LIBDIR=$libdir RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_libibverbs.sh" "$bin" "$mode" | tee "$out/rxe-libibverbs.txt"
   FERROCE_LIBDIR=$libdir RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_rdma_core.sh" "$bin" | tee "$out/rdma-core-rxe.txt"
+  RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/probe/conformance.sh" "$bin" rxe | tee "$out/probe-rxe.txt"
   cleanup
 else
   echo "[system] this kernel has no rdma_rxe: interop tests go to the VM"; vm_parts="${vm_parts:+$vm_parts,}interop"
@@ -112,7 +117,7 @@ if [ -n "$vm_parts" ]; then
   t0=$(date +%s)
   "$here/interop/rxe-vm/run.sh" --timeout 3000 "$here/interop/guest.sh" "$out/vm" "$here" "$bin" "$mode" "$vm_parts" "$libdir" >"$out/vm.log" 2>&1
   echo "[system] VM run: exit $?, $(( $(date +%s) - t0 )) s"
-  grep -E '^(=====|PASS|FAIL|    |interop:|netns:|perftest:|rxe-libibverbs:|rdma-core-rxe:|\||dcqcn:|rxe0|tc |counters:)' "$out/vm/console.log" | tee "$out/vm.txt"
+  grep -E '^(=====|PASS|FAIL|    |interop:|netns:|perftest:|rxe-libibverbs:|rdma-core-rxe:|probe-rxe:|\||dcqcn:|rxe0|tc |counters:)' "$out/vm/console.log" | tee "$out/vm.txt"
 fi
 passed=$(cat "$out"/*.txt 2>/dev/null | grep -cE '^PASS ')
 failed=$(cat "$out"/*.txt 2>/dev/null | grep -cE '^FAIL ')
