@@ -21,8 +21,7 @@
 #           ibv_*_pingpong and perftest binaries on both sides, on ferroce's libibverbs
 #           (`ferroce exec`) and on rxe, both roles (tests/interop/rxe_libibverbs.sh);
 #           rdma-core's own test suite on rxe and on ferroce's libibverbs, side by side:
-#           a FAIL where a test passes on rxe and fails on ferroce (tests/interop/rxe_rdma_core.sh);
-#           `ferroce probe conformance` against rxe (tests/probe/conformance.sh rxe)
+#           a FAIL where a test passes on rxe and fails on ferroce (tests/interop/rxe_rdma_core.sh)
 # Each runs on this host when its kernel has what it needs (netem; sch_red; rdma_rxe) and otherwise
 # inside the rxe VM (Debian's Linux 6.1 under qemu, TCG when there is no KVM), where both
 # share one boot.
@@ -107,7 +106,6 @@ if host_has_rxe; then
   RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_perftest.sh" "$bin" "$mode" | tee "$out/perftest.txt"
   FERROCE_LIBDIR=$libdir RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_libibverbs.sh" "$bin" "$mode" | tee "$out/rxe-libibverbs.txt"
   FERROCE_LIBDIR=$libdir RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_rdma_core.sh" "$bin" | tee "$out/rdma-core-rxe.txt"
-  RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/probe/conformance.sh" "$bin" rxe | tee "$out/probe-rxe.txt"
   cleanup
 else
   echo "[system] this kernel has no rdma_rxe: interop tests go to the VM"; vm_parts="${vm_parts:+$vm_parts,}interop"

@@ -27,7 +27,7 @@ if [ "$STACK" = rxe ]; then
   TNS=""
   server() {
     case $1 in
-      pingpong) echo "timeout 30 ibv_rc_pingpong -d rxe0 -g $G -n 1 -m 1024" ;;
+      pingpong) echo "timeout 20 ibv_rc_pingpong -d rxe0 -g $G -n 1 -m 1024" ;;
       *) echo "timeout 60 ib_${1/-/_} -d rxe0 -x $G -m 1024" ;;
     esac
   }
@@ -43,7 +43,7 @@ else
   ip -n $PNS link set probe-va mtu 9000 up; ip -n $TNS link set probe-vb mtu 9000 up
   server() {
     case $1 in
-      pingpong) echo "timeout 30 $F rc-pingpong -d probe-vb -n 1 -m 1024" ;;
+      pingpong) echo "timeout 20 $F rc-pingpong -d probe-vb -n 1 -m 1024" ;;
       *) echo "timeout 60 $F perf $1 -d probe-vb -m 1024" ;;
     esac
   }
@@ -63,7 +63,7 @@ for via in pingpong write-bw read-bw atomic-bw; do
   sleep 0.5
   log=$out/$via.log
   in_ns "$PNS" timeout 900 "$F" probe conformance --via "$via" -d $PDEV --stack "$STACK" \
-    --connect-wait 30 --pcap "$out/pcaps-$via" --markdown "$out/$via.md" "$TIP" >"$log" 2>&1
+    --connect-wait 90 --pcap "$out/pcaps-$via" --markdown "$out/$via.md" "$TIP" >"$log" 2>&1
   rc=$?
   # Everything in the loop's session (timeout puts the program in a group of its own).
   pkill -s "$loop" 2>/dev/null; wait "$loop" 2>/dev/null; sleep 0.2; pkill -9 -s "$loop" 2>/dev/null
