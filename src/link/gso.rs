@@ -235,16 +235,8 @@ mod tests {
             src_port: 0xc000,
             ib: IbRepr {
                 bth: BthRepr {
-                    opcode: Opcode::RC_RDMA_WRITE_MIDDLE,
-                    solicited: false,
                     mig_req: true,
-                    pad_count: 0,
-                    pkey: 0xffff,
-                    fecn: false,
-                    becn: false,
-                    dest_qp: 0x11,
-                    ack_req: false,
-                    psn: Psn::new(psn),
+                    ..BthRepr::new(Opcode::RC_RDMA_WRITE_MIDDLE, 0x11, Psn::new(psn))
                 },
                 ext: Default::default(),
                 payload: &data,

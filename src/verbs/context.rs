@@ -385,37 +385,33 @@ mod tests {
         let data: Vec<u8> = (0..len).map(|i| (i * 13 + i / 4096) as u8).collect();
         mr_a.write(0, &data).unwrap();
         let msg = 64 << 10;
-        for k in 0..len / msg {
-            let wr = wr::rdma_write(
-                k as u64,
-                mr_a.sge(k * msg, msg),
-                mr_b.addr() + (k * msg) as u64,
-                mr_b.rkey(),
-            );
-            qp_a.post_send(&wr).unwrap();
-        }
-        for k in 0..len / msg {
-            let wc = cq_a
-                .wait_one(Duration::from_secs(30))
-                .expect("write completion");
-            assert_eq!((wc.wr_id, wc.status), (k as u64, WcStatus::Success));
-        }
+        // Posts one 64 KiB work request per message of the buffer, then waits for each.
+        let run = |make: &dyn Fn(usize) -> ferroce_transport::SendWr, what: &str| {
+            for k in 0..len / msg {
+                qp_a.post_send(&make(k)).unwrap();
+            }
+            for k in 0..len / msg {
+                let wc = cq_a.wait_one(Duration::from_secs(30)).expect(what);
+                assert_eq!((wc.wr_id, wc.status), (k as u64, WcStatus::Success));
+            }
+        };
+        let remote = |k: usize| mr_b.addr() + (k * msg) as u64;
+        run(
+            &|k| wr::rdma_write(k as u64, mr_a.sge(k * msg, msg), remote(k), mr_b.rkey()),
+            "write completion",
+        );
         assert!(mr_b.to_vec() == data, "written data differs");
-        for k in 0..len / msg {
-            let wr = wr::rdma_read(
-                k as u64,
-                mr_a.sge(len + k * msg, msg),
-                mr_b.addr() + (k * msg) as u64,
-                mr_b.rkey(),
-            );
-            qp_a.post_send(&wr).unwrap();
-        }
-        for k in 0..len / msg {
-            let wc = cq_a
-                .wait_one(Duration::from_secs(30))
-                .expect("read completion");
-            assert_eq!((wc.wr_id, wc.status), (k as u64, WcStatus::Success));
-        }
+        run(
+            &|k| {
+                wr::rdma_read(
+                    k as u64,
+                    mr_a.sge(len + k * msg, msg),
+                    remote(k),
+                    mr_b.rkey(),
+                )
+            },
+            "read completion",
+        );
         assert!(mr_a.to_vec()[len..] == data[..], "read data differs");
         // The faults were real, and both directions carried super-frames.
         assert!(

@@ -365,8 +365,8 @@ fn load_step(s: StepDef, saved: &mut BTreeSet<String>) -> Result<Step, String> {
     }
     match (&s.send, &s.expect, s.sleep_ms) {
         (Some(op), None, None) => {
-            let send_only = [s.within_ms.is_some(), s.min_ms.is_some(), s.orig.is_some()];
-            if send_only.iter().any(|&b| b) || s.save.is_some() || s.count.is_some() {
+            let expect_only = [s.within_ms.is_some(), s.min_ms.is_some(), s.orig.is_some()];
+            if expect_only.contains(&true) || s.save.is_some() || s.count.is_some() {
                 return Err(
                     "within_ms, min_ms, orig, save and count belong to expect steps".into(),
                 );

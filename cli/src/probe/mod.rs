@@ -62,17 +62,18 @@ fn run_one(
     addr: Addressing,
     opts: &SuiteOptions,
 ) -> Outcome {
-    let skipped = |why: String| Outcome {
+    // A case that ends before its first step.
+    let early = |verdict: Verdict| Outcome {
         name: case.name.clone(),
-        verdict: Verdict::Skip(why),
+        verdict,
         lines: Vec::new(),
         failed_step: None,
     };
     if !target.offers().contains(&case.needs) {
-        return skipped(format!(
+        return early(Verdict::Skip(format!(
             "needs a target with {} rights/behaviour",
             case.needs.name()
-        ));
+        )));
     }
     let qpn = pick_qpn(link.as_ref());
     let mut peer = Peer::new(link.clone(), addr, qpn);
@@ -83,25 +84,13 @@ fn run_one(
     };
     let connected = match target.connect(mine, case.needs) {
         Ok(c) => c,
-        Err(e) => {
-            return Outcome {
-                name: case.name.clone(),
-                verdict: Verdict::Error(e),
-                lines: Vec::new(),
-                failed_step: None,
-            }
-        }
+        Err(e) => return early(Verdict::Error(e)),
     };
-    if target::ip_of(connected.gid) != addr.target_ip {
-        return Outcome {
-            name: case.name.clone(),
-            verdict: Verdict::Error(format!(
-                "the target's GID {} is not at {} (use the target's RoCE address)",
-                connected.gid, addr.target_ip
-            )),
-            lines: Vec::new(),
-            failed_step: None,
-        };
+    if ferroce::net::gid::addr_of(connected.gid) != addr.target_ip {
+        return early(Verdict::Error(format!(
+            "the target's GID {} is not at {} (use the target's RoCE address)",
+            connected.gid, addr.target_ip
+        )));
     }
     let _ = peer.drain();
     let mut o = runner::run_case(case, &mut peer, connected.remote);

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 use ferroce::capture::PcapSink;
 use ferroce::link::{Link, MAX_FRAME};
 use ferroce_wire::frame::{finalize, DatagramRepr, EthernetRepr, Frame, FrameRepr, IpRepr};
-use ferroce_wire::{BthRepr, ExtRepr, IbRepr, Opcode, Psn, Syndrome};
+use ferroce_wire::{BthRepr, ExtRepr, IbRepr, Opcode, Syndrome};
 
 /// The two ends' addresses.
 #[derive(Debug, Clone, Copy)]
@@ -172,8 +172,8 @@ impl Peer {
                 dont_fragment: true,
             },
             (src, dst) => IpRepr::V6 {
-                src: v6(src),
-                dst: v6(dst),
+                src: ferroce::net::gid::gid_of(src),
+                dst: ferroce::net::gid::gid_of(dst),
                 traffic_class: 2,
                 flow_label: 0,
                 hop_limit: 64,
@@ -340,32 +340,9 @@ fn frame_from(frame: &[u8], ip: IpAddr) -> bool {
     }
 }
 
-fn v6(a: IpAddr) -> Ipv6Addr {
-    match a {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-        IpAddr::V6(v6) => v6,
-    }
-}
-
 fn invalid(e: ferroce_wire::Error) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidInput,
         format!("cannot build the frame: {e}"),
     )
-}
-
-/// A BTH for a packet of ours to the target.
-pub fn bth(opcode: Opcode, dest_qp: u32, psn: u32, ack_req: bool) -> BthRepr {
-    BthRepr {
-        opcode,
-        solicited: false,
-        mig_req: true,
-        pad_count: 0,
-        pkey: 0xffff,
-        fecn: false,
-        becn: false,
-        dest_qp: dest_qp & 0xff_ffff,
-        ack_req,
-        psn: Psn::new(psn),
-    }
 }

@@ -11,7 +11,7 @@ use ferroce_wire::{
 
 use super::cases::{Case, Expect, ExpectKind, MessageOp, Send, SendKind, Step};
 use super::expr;
-use super::peer::{bth, Peer, Reply, Tweak};
+use super::peer::{Peer, Reply, Tweak};
 
 /// What the probe knows of the target's QP once connected.
 #[derive(Debug, Clone, Copy, Default)]
@@ -184,6 +184,16 @@ impl Run<'_> {
         });
     }
 
+    /// The AtomicETH of `s`: its address and key (default: the target's buffer).
+    fn atomic_eth(&self, s: &Send, swap_add: u64, compare: u64) -> Result<AtomicEthRepr, String> {
+        Ok(AtomicEthRepr {
+            va: self.eval(&s.va, "va")?,
+            rkey: self.eval(&s.rkey, "rkey")? as u32,
+            swap_add,
+            compare,
+        })
+    }
+
     fn send(&mut self, s: &Send) -> Result<(), String> {
         let psn0 = self.eval_psn(&s.psn, "epsn")?;
         let dest_qp = self.eval(&s.dest_qp, &self.remote.qpn.to_string())? as u32;
@@ -216,12 +226,7 @@ impl Run<'_> {
                 };
                 let n = s.len.div_ceil(mtu).max(1);
                 for i in 0..n {
-                    let position = match (n, i) {
-                        (1, _) => Position::Only,
-                        (_, 0) => Position::First,
-                        (_, i) if i + 1 == n => Position::Last,
-                        _ => Position::Middle,
-                    };
+                    let position = position_of(i, n);
                     let imm =
                         s.imm.is_some() && matches!(position, Position::Only | Position::Last);
                     let opcode = Opcode::lookup(Service::Rc, operation, position, imm, false)
@@ -260,12 +265,7 @@ impl Run<'_> {
                     )
                 };
                 let ext = ExtRepr {
-                    atomic_eth: Some(AtomicEthRepr {
-                        va: self.eval(&s.va, "va")?,
-                        rkey: self.eval(&s.rkey, "rkey")? as u32,
-                        swap_add,
-                        compare,
-                    }),
+                    atomic_eth: Some(self.atomic_eth(s, swap_add, compare)?),
                     ..Default::default()
                 };
                 packets.push((opcode, ext, 0));
@@ -278,12 +278,9 @@ impl Run<'_> {
                     ext.reth = Some(reth(self)?);
                 }
                 if h.contains(H::ATOMIC_ETH) {
-                    ext.atomic_eth = Some(AtomicEthRepr {
-                        va: self.eval(&s.va, "va")?,
-                        rkey: self.eval(&s.rkey, "rkey")? as u32,
-                        swap_add: self.eval(&s.add.clone().or(s.swap.clone()), "1")?,
-                        compare: self.eval(&s.compare, "0")?,
-                    });
+                    let swap_add = self.eval(&s.add.clone().or(s.swap.clone()), "1")?;
+                    let compare = self.eval(&s.compare, "0")?;
+                    ext.atomic_eth = Some(self.atomic_eth(s, swap_add, compare)?);
                 }
                 if h.contains(H::AETH) {
                     let name = s.syndrome.as_deref().unwrap_or("ack");
@@ -339,10 +336,11 @@ impl Run<'_> {
         for (i, (opcode, ext, len)) in packets.iter().enumerate() {
             let ack_req = s.ack_req.unwrap_or(i + 1 == count);
             let psn = (psn0 + i as u32) & Psn::MASK;
-            let b = bth(*opcode, dest_qp, psn, ack_req);
             let b = ferroce_wire::BthRepr {
-                pkey: s.pkey.unwrap_or(0xffff),
-                ..b
+                mig_req: true,
+                ack_req,
+                pkey: s.pkey.unwrap_or(ferroce_wire::BthRepr::DEFAULT_PKEY),
+                ..ferroce_wire::BthRepr::new(*opcode, dest_qp, Psn::new(psn))
             };
             let payload: Vec<u8> = (0..*len).map(|k| (k as u8) ^ 0x5a).collect();
             let frame = self
@@ -578,12 +576,7 @@ impl Run<'_> {
                 "observed",
                 format!("{r} after {} ms", ms_since(start, r.at)),
             );
-            let want_pos = match (n, i) {
-                (1, _) => Position::Only,
-                (_, 0) => Position::First,
-                (_, i) if i + 1 == n => Position::Last,
-                _ => Position::Middle,
-            };
+            let want_pos = position_of(i, n);
             let ok = r.icrc_ok
                 && r.opcode.operation() == Operation::RdmaReadResponse
                 && r.opcode.position() == want_pos
@@ -617,6 +610,16 @@ impl Run<'_> {
                 other => return Ok(other),
             }
         }
+    }
+}
+
+/// Where packet `i` of `n` sits in its message.
+fn position_of(i: u32, n: u32) -> Position {
+    match (n, i) {
+        (1, _) => Position::Only,
+        (_, 0) => Position::First,
+        (_, i) if i + 1 == n => Position::Last,
+        _ => Position::Middle,
     }
 }
 

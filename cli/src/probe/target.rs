@@ -8,7 +8,7 @@
 //! one client and exit, so a target is kept in a loop (see `ferroce probe --help`) and
 //! [`Target::connect`] retries until the next one listens.
 
-use std::net::{IpAddr, Ipv6Addr, TcpStream};
+use std::net::{Ipv6Addr, TcpStream};
 use std::time::{Duration, Instant};
 
 use ferroce::transport::Mtu;
@@ -250,9 +250,4 @@ impl OobTarget {
             close: Some(Box::new(close)),
         })
     }
-}
-
-/// The IP address RoCE packets of `gid` come from.
-pub fn ip_of(gid: Ipv6Addr) -> IpAddr {
-    ferroce::net::gid::addr_of(gid)
 }
