@@ -116,7 +116,16 @@ pub struct Peer {
     buf: Vec<u8>,
     /// Frames from the target that could not be decoded (counted, kept in the pcap).
     pub undecodable: u64,
+    /// Frames not kept in the log once it held [`MAX_LOG`].
+    pub log_dropped: u64,
 }
+
+/// Frames one case keeps for its pcap: a target that floods cannot make the probe's
+/// memory grow without bound (about 90 MB of 9 KiB frames at most).
+pub const MAX_LOG: usize = 10_000;
+/// Frames [`Peer::drain`] discards at most: a target that never stops sending cannot hold
+/// the probe there.
+pub const MAX_DRAIN: usize = 4096;
 
 impl std::fmt::Debug for Peer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -140,6 +149,7 @@ impl Peer {
             log: Vec::new(),
             buf: vec![0; MAX_FRAME.max(64 * 1024)],
             undecodable: 0,
+            log_dropped: 0,
         }
     }
 
@@ -242,7 +252,7 @@ impl Peer {
             }
             std::thread::sleep(Duration::from_micros(50));
         }
-        self.log.push((SystemTime::now(), Dir::Out, frame));
+        self.keep(Dir::Out, frame);
         Ok(())
     }
 
@@ -258,19 +268,24 @@ impl Peer {
                     Ok(f) => {
                         let from = ferroce::net::gid::addr_of(f.datagram.src_gid());
                         let ib = f.ib();
-                        if from != self.addr.target_ip || ib.bth().dest_qp() != self.qpn {
-                            continue;
+                        if from == self.addr.target_ip && ib.bth().dest_qp() == self.qpn {
+                            let reply = decode(&f, at);
+                            let frame = frame.to_vec();
+                            self.keep(Dir::In, frame);
+                            return Ok(Some(reply));
                         }
-                        let reply = decode(&f, at);
-                        self.log.push((SystemTime::now(), Dir::In, frame.to_vec()));
-                        return Ok(Some(reply));
                     }
                     Err(_) => {
                         if frame_from(frame, self.addr.target_ip) {
                             self.undecodable += 1;
-                            self.log.push((SystemTime::now(), Dir::In, frame.to_vec()));
+                            let frame = frame.to_vec();
+                            self.keep(Dir::In, frame);
                         }
                     }
+                }
+                // Frames that are not answers do not extend the wait.
+                if Instant::now() >= deadline {
+                    return Ok(None);
                 }
                 continue;
             }
@@ -281,13 +296,23 @@ impl Peer {
         }
     }
 
-    /// Drops whatever is queued (late answers of an earlier step).
+    /// Drops what is queued (late answers of an earlier step), at most [`MAX_DRAIN`]
+    /// frames.
     pub fn drain(&mut self) -> io::Result<usize> {
         let mut n = 0;
-        while self.recv(Instant::now())?.is_some() {
+        while n < MAX_DRAIN && self.recv(Instant::now())?.is_some() {
             n += 1;
         }
         Ok(n)
+    }
+
+    /// Logs a frame for the pcap, unless the log is full.
+    fn keep(&mut self, dir: Dir, frame: Vec<u8>) {
+        if self.log.len() < MAX_LOG {
+            self.log.push((SystemTime::now(), dir, frame));
+        } else {
+            self.log_dropped += 1;
+        }
     }
 
     /// Frames logged so far.
@@ -345,4 +370,84 @@ fn invalid(e: ferroce_wire::Error) -> io::Error {
         io::ErrorKind::InvalidInput,
         format!("cannot build the frame: {e}"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::RawFd;
+
+    /// A link that always has one more frame queued, always the same one.
+    struct Flood {
+        frame: Vec<u8>,
+    }
+
+    impl Link for Flood {
+        fn mac(&self) -> [u8; 6] {
+            [2, 0, 0, 0, 0, 1]
+        }
+        fn send(&self, _frame: &[u8]) -> io::Result<bool> {
+            Ok(true)
+        }
+        fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+            buf[..self.frame.len()].copy_from_slice(&self.frame);
+            Ok(Some(self.frame.len()))
+        }
+        fn fd(&self) -> RawFd {
+            -1
+        }
+    }
+
+    fn flood(from: IpAddr, answers: bool) -> (Peer, Peer) {
+        let addr = |ip: IpAddr, target_ip: IpAddr| Addressing {
+            mac: [2, 0, 0, 0, 0, 1],
+            ip,
+            target_mac: [2, 0, 0, 0, 0, 2],
+            target_ip,
+        };
+        let probe: IpAddr = [10, 0, 0, 1].into();
+        let target: IpAddr = [10, 0, 0, 2].into();
+        // A frame the "target" sends to QP 0x42, built by a peer standing in for it.
+        let link: Arc<dyn Link> = Arc::new(Flood { frame: Vec::new() });
+        let mut sender = Peer::new(link, addr(from, probe), 0x99);
+        let bth = BthRepr {
+            ack_req: false,
+            ..BthRepr::new(
+                Opcode::RC_SEND_ONLY,
+                if answers { 0x42 } else { 0x43 },
+                ferroce_wire::Psn::new(1),
+            )
+        };
+        let frame = sender
+            .build(bth, ExtRepr::default(), &[0; 8], &Tweak::default())
+            .unwrap();
+        let link: Arc<dyn Link> = Arc::new(Flood { frame });
+        (Peer::new(link, addr(probe, target), 0x42), sender)
+    }
+
+    /// A stream of frames that are not answers ends a wait at its deadline, and draining
+    /// a stream that never stops ends.
+    #[test]
+    fn endless_frames_do_not_hold_the_probe() {
+        // On a thread: a regression fails here instead of hanging the test run.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let other: IpAddr = [10, 0, 0, 9].into();
+            let (mut p, _) = flood(other, false);
+            let t0 = Instant::now();
+            let waited = p.recv(t0 + Duration::from_millis(20)).unwrap().is_none();
+            let target: IpAddr = [10, 0, 0, 2].into();
+            let (mut p, _) = flood(target, true);
+            let drained = p.drain().unwrap();
+            // The pcap log stops growing at its cap; the rest is counted.
+            for _ in 0..MAX_LOG {
+                p.recv(Instant::now()).unwrap();
+            }
+            let _ = tx.send((waited, drained, p.log_len(), p.log_dropped));
+        });
+        let got = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the probe was held by an endless stream of frames");
+        assert_eq!(got, (true, MAX_DRAIN, MAX_LOG, MAX_DRAIN as u64));
+    }
 }
