@@ -15,6 +15,14 @@ STACK=${2:?usage: conformance.sh FERROCE_BINARY ferroce|rxe}
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/ferroce-probe}/probe-$STACK; rm -rf "$out"; mkdir -p "$out"
 pass=0 fail=0
+# The target program's loop of the moment, killed (with its session) however the script
+# ends: a loop left behind would spin on a host whose namespace is gone.
+loop=""
+stop_loop() {
+  [ -n "$loop" ] || return 0
+  pkill -s "$loop" 2>/dev/null; wait "$loop" 2>/dev/null; sleep 0.2; pkill -9 -s "$loop" 2>/dev/null
+  loop=""
+}
 
 if [ "$STACK" = rxe ]; then
   . "$RXEVM_HOME/guest/lib.sh"
@@ -33,8 +41,7 @@ if [ "$STACK" = rxe ]; then
   }
 else
   PNS=probe-a TNS=probe-b PDEV=probe-va TIP=10.94.0.2
-  cleanup() { ip netns del $PNS 2>/dev/null; ip netns del $TNS 2>/dev/null; true; }
-  trap cleanup EXIT
+  cleanup() { stop_loop; ip netns del $PNS 2>/dev/null; ip netns del $TNS 2>/dev/null; true; }
   cleanup
   ip netns add $PNS && ip netns add $TNS || { echo "cannot create network namespaces (need root)"; exit 1; }
   ip link add probe-va netns $PNS type veth peer name probe-vb netns $TNS
@@ -48,6 +55,7 @@ else
     esac
   }
 fi
+trap 'type cleanup >/dev/null 2>&1 && cleanup || stop_loop' EXIT
 in_ns() { local ns=$1; shift; if [ -n "$ns" ]; then ip netns exec "$ns" "$@"; else "$@"; fi; }
 
 echo "probe: $STACK target at $TIP; $("$F" --version)"
@@ -55,9 +63,9 @@ for via in pingpong write-bw read-bw atomic-bw; do
   # The target program in a loop, in its own session so that it goes with its loop.
   # (Started directly, not through in_ns, so that $! is the session's leader.)
   if [ -n "$TNS" ]; then
-    ip netns exec "$TNS" setsid bash -c "while :; do $(server $via) >/dev/null 2>&1; done" &
+    ip netns exec "$TNS" setsid bash -c "while :; do $(server $via) >/dev/null 2>&1; sleep 0.1; done" &
   else
-    setsid bash -c "while :; do $(server $via) >/dev/null 2>&1; done" &
+    setsid bash -c "while :; do $(server $via) >/dev/null 2>&1; sleep 0.1; done" &
   fi
   loop=$!
   sleep 0.5
@@ -66,7 +74,7 @@ for via in pingpong write-bw read-bw atomic-bw; do
     --connect-wait 90 --pcap "$out/pcaps-$via" --markdown "$out/$via.md" "$TIP" >"$log" 2>&1
   rc=$?
   # Everything in the loop's session (timeout puts the program in a group of its own).
-  pkill -s "$loop" 2>/dev/null; wait "$loop" 2>/dev/null; sleep 0.2; pkill -9 -s "$loop" 2>/dev/null
+  stop_loop
   totals=$(grep '^probe: [0-9]* passed' "$log" | tail -1)
   ran=$(echo "$totals" | awk '{print $2 + $4 + $6}')
   if [ "$rc" = 0 ] && [ -n "$totals" ] && [ "${ran:-0}" -gt 0 ]; then
