@@ -76,7 +76,8 @@ pub struct ConformanceArgs {
     /// Write each case's frames to DIR/CASE.pcap.
     #[arg(long, value_name = "DIR")]
     pub pcap: Option<PathBuf>,
-    /// The target's stack (e.g. rxe): deviations a case documents for it print as KNOWN.
+    /// The target's stack (e.g. rxe): deviations a case documents for it print as KNOWN
+    /// (`local` is ferroce).
     #[arg(long)]
     pub stack: Option<String>,
     /// Also write the verdict table as Markdown to FILE.
@@ -158,7 +159,11 @@ fn conformance(a: ConformanceArgs) -> Result<ExitCode, CliError> {
     out.flush()?;
     let opts = SuiteOptions {
         pcap_dir: a.pcap.clone(),
-        stack: a.stack.clone(),
+        // `local` is ferroce: its documented deviations are known without saying so.
+        stack: a
+            .stack
+            .clone()
+            .or_else(|| (target_name == "local").then(|| "ferroce".to_string())),
     };
     let quiet = a.quiet;
     let outcomes = run_suite(&cases, target.as_mut(), &link, addr, &opts, &mut |c, o| {
