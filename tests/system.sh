@@ -21,7 +21,8 @@
 #           ibv_*_pingpong and perftest binaries on both sides, on ferroce's libibverbs
 #           (`ferroce exec`) and on rxe, both roles (tests/interop/rxe_libibverbs.sh);
 #           rdma-core's own test suite on rxe and on ferroce's libibverbs, side by side:
-#           a FAIL where a test passes on rxe and fails on ferroce (tests/interop/rxe_rdma_core.sh)
+#           a FAIL where a test passes on rxe and fails on ferroce (tests/interop/rxe_rdma_core.sh);
+#           `ferroce probe conformance` against Debian's programs on rxe (tests/probe/conformance.sh rxe)
 # Each runs on this host when its kernel has what it needs (netem; sch_red; rdma_rxe) and otherwise
 # inside the rxe VM (Debian's Linux 6.1 under qemu, TCG when there is no KVM), where both
 # share one boot.
@@ -107,8 +108,10 @@ if host_has_rxe; then
   FERROCE_LIBDIR=$libdir RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_libibverbs.sh" "$bin" "$mode" | tee "$out/rxe-libibverbs.txt"
   FERROCE_LIBDIR=$libdir RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_rdma_core.sh" "$bin" | tee "$out/rdma-core-rxe.txt"
   cleanup
+  RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/probe/conformance.sh" "$bin" rxe | tee "$out/probe-rxe.txt"
+  cleanup
 else
-  echo "[system] this kernel has no rdma_rxe: interop tests go to the VM"; vm_parts="${vm_parts:+$vm_parts,}interop"
+  echo "[system] this kernel has no rdma_rxe: interop tests go to the VM"; vm_parts="${vm_parts:+$vm_parts,}interop,probe"
 fi
 if [ -n "$vm_parts" ]; then
   echo "[system] booting the rxe VM for: $vm_parts"

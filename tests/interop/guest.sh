@@ -4,8 +4,7 @@
 #     PARTS: "interop", "netns", "dcqcn", comma-separated; "rxelib" and "rdmacore" run only
 #       one step of interop (the Debian programs on ferroce's library against rxe,
 #       rxe_libibverbs.sh; rdma-core's test suite on rxe and ferroce, rxe_rdma_core.sh);
-#       "probe" runs `ferroce probe conformance` against rxe (tests/probe/conformance.sh;
-#       only when named: its rxe findings are not all labelled yet)
+#       "probe" runs `ferroce probe conformance` against rxe (tests/probe/conformance.sh)
 #     LIBDIR: the directory holding the libibverbs.so.1 that interop's programs run on
 #       through `ferroce exec` (FERROCE_LIBDIR); without it, the library next to
 #       FERROCE_BINARY, whose ferroce-lib/ symlink must exist already (/ is read-only here)
