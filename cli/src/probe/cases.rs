@@ -139,6 +139,9 @@ struct StepDef {
     truncate: Option<usize>,
     udp_dport: Option<u16>,
     repeat: Option<u32>,
+    /// Payload bytes are `offset ^ fill` (send: what is written; READ_RESPONSE: what must
+    /// come back).
+    fill: Option<String>,
     // expect
     within_ms: Option<u64>,
     min_ms: Option<u64>,
@@ -251,6 +254,8 @@ pub struct Send {
     pub udp_dport: Option<u16>,
     /// Send the same packets this many times.
     pub repeat: u32,
+    /// Payload byte at message offset `o` is `o ^ fill` (low 8 bits; default 0x5a).
+    pub fill: Option<String>,
 }
 
 /// What a step waits for.
@@ -301,6 +306,9 @@ pub struct Expect {
     pub count: Option<u32>,
     /// A name to store the PSN (REQUEST) or original value (ATOMIC_ACK) under.
     pub save: Option<String>,
+    /// READ_RESPONSE: the data read back must be `offset ^ fill` (as a send with this
+    /// `fill` wrote it).
+    pub fill: Option<String>,
 }
 
 /// Reads every case of a TOML text; `origin` names it in messages.
@@ -358,7 +366,7 @@ fn load_step(s: StepDef, saved: &mut BTreeSet<String>) -> Result<Step, String> {
     let known = |n: &str| NAMES.contains(&n) || saved.contains(n);
     let exprs = [
         &s.psn, &s.va, &s.rkey, &s.dma_len, &s.add, &s.swap, &s.compare, &s.msn, &s.dest_qp,
-        &s.orig,
+        &s.orig, &s.fill,
     ];
     for e in exprs.into_iter().flatten() {
         expr::check(e, &known)?;
@@ -405,12 +413,16 @@ fn load_step(s: StepDef, saved: &mut BTreeSet<String>) -> Result<Step, String> {
                 truncate: s.truncate.unwrap_or(0),
                 udp_dport: s.udp_dport,
                 repeat: s.repeat.unwrap_or(1).max(1),
+                fill: s.fill,
             }))
         }
         (None, Some(what), None) => {
             let kind = expect_kind(what)?;
             if s.len.is_some() || s.va.is_some() || s.rkey.is_some() || s.opcode.is_some() {
                 return Err("len, va, rkey and opcode belong to send steps".into());
+            }
+            if s.fill.is_some() && kind != ExpectKind::ReadResponse {
+                return Err("fill belongs to send steps and READ_RESPONSE".into());
             }
             if let Some(name) = &s.save {
                 if NAMES.contains(&name.as_str()) {
@@ -432,6 +444,7 @@ fn load_step(s: StepDef, saved: &mut BTreeSet<String>) -> Result<Step, String> {
                 min_ms: s.min_ms,
                 count: s.count,
                 save: s.save,
+                fill: s.fill,
             }))
         }
         (None, None, Some(ms)) => Ok(Step::Sleep(ms)),

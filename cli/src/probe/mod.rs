@@ -10,9 +10,11 @@
 
 pub mod cases;
 pub mod expr;
+pub mod fuzz;
 pub mod local;
 pub mod peer;
 pub mod report;
+pub mod repro;
 pub mod runner;
 pub mod target;
 
@@ -68,6 +70,7 @@ fn run_one(
         verdict,
         lines: Vec::new(),
         failed_step: None,
+        answers: Vec::new(),
     };
     if !target.offers().contains(&case.needs) {
         return early(Verdict::Skip(format!(
@@ -134,6 +137,11 @@ fn pick_qpn(link: &dyn Link) -> u32 {
         }
         None => (r & 0xff_ffff).max(2),
     }
+}
+
+/// A random 48-bit seed (for `probe fuzz` without `--seed`).
+pub fn random_seed() -> u64 {
+    u64::from(random24()) << 24 | u64::from(random24())
 }
 
 /// 24 random bits (a PSN, a QP number): the OS's random source, or, should it fail, a

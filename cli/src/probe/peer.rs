@@ -60,6 +60,8 @@ pub struct Reply {
     pub orig: Option<u64>,
     /// Payload bytes.
     pub payload_len: usize,
+    /// The payload (data checks: READ responses).
+    pub payload: Vec<u8>,
     /// Whether its ICRC was right.
     pub icrc_ok: bool,
 }
@@ -352,6 +354,7 @@ fn decode(f: &Frame<'_>, at: Instant) -> Reply {
         msn: aeth.as_ref().map(|a| a.msn()),
         orig: ib.atomic_ack_eth().map(|a| a.orig()),
         payload_len: ib.payload().len(),
+        payload: ib.payload().to_vec(),
         icrc_ok: f.icrc_ok(),
     }
 }

@@ -92,3 +92,46 @@ pub fn totals(outcomes: &[Outcome]) -> String {
         n(|v| matches!(v, Verdict::Error(_))),
     )
 }
+
+/// The same cases run against two targets: one line per case whose verdicts or answers
+/// differ (SKIPs on either side are left out), then the count. Answers are compared
+/// without each connection's own numbers (PSNs relative to the probe's first one).
+pub fn diff(
+    out: &mut dyn Write,
+    cases: &[Case],
+    a: (&str, &[Outcome]),
+    b: (&str, &[Outcome]),
+) -> io::Result<usize> {
+    writeln!(out, "diff: {} vs {}", a.0, b.0)?;
+    let mut n = 0;
+    for (case, (x, y)) in cases.iter().zip(a.1.iter().zip(b.1)) {
+        let skipped =
+            matches!(x.verdict, Verdict::Skip(_)) || matches!(y.verdict, Verdict::Skip(_));
+        // KNOWN is a FAIL with a label: what the target did is the same.
+        let word = |v: &Verdict| match v {
+            Verdict::Known(_) => "FAIL",
+            v => v.word(),
+        };
+        if skipped || (word(&x.verdict) == word(&y.verdict) && x.answers == y.answers) {
+            continue;
+        }
+        n += 1;
+        writeln!(out, "DIFFERS {}: {}", case.name, case.summary)?;
+        writeln!(
+            out,
+            "   {:<10} {:<5} {}",
+            a.0,
+            x.verdict.word(),
+            x.answers.join(", ")
+        )?;
+        writeln!(
+            out,
+            "   {:<10} {:<5} {}",
+            b.0,
+            y.verdict.word(),
+            y.answers.join(", ")
+        )?;
+    }
+    writeln!(out, "diff: {n} cases differ")?;
+    Ok(n)
+}

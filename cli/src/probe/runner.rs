@@ -82,6 +82,9 @@ pub struct Outcome {
     pub lines: Vec<Line>,
     /// The step that failed, if any.
     pub failed_step: Option<usize>,
+    /// Every answer the target gave, without the connection's own numbers (for comparing
+    /// two targets: `--diff`).
+    pub answers: Vec<String>,
 }
 
 /// The state of a case in progress.
@@ -95,6 +98,7 @@ struct Run<'a> {
     saved: HashMap<String, u64>,
     last_step_end: Instant,
     lines: Vec<Line>,
+    answers: Vec<String>,
     step: usize,
     /// Requests the target sends of its own accord (ibv_rc_pingpong answers each SEND
     /// with one) are not answers: outside requester cases, expectations pass over them.
@@ -113,6 +117,7 @@ pub fn run_case(case: &Case, peer: &mut Peer, remote: Remote) -> Outcome {
         saved: HashMap::new(),
         last_step_end: Instant::now(),
         lines: Vec::new(),
+        answers: Vec::new(),
         step: 0,
         skip_target_requests: case.needs != super::cases::Needs::Requester,
     };
@@ -148,6 +153,7 @@ pub fn run_case(case: &Case, peer: &mut Peer, remote: Remote) -> Outcome {
         verdict,
         lines: run.lines,
         failed_step,
+        answers: run.answers,
     }
 }
 
@@ -331,6 +337,7 @@ impl Run<'_> {
                 }
             }
         }
+        let fill = self.eval(&s.fill, "0x5a")? as u8;
         let count = packets.len();
         let mut built = Vec::with_capacity(count);
         for (i, (opcode, ext, len)) in packets.iter().enumerate() {
@@ -342,7 +349,9 @@ impl Run<'_> {
                 pkey: s.pkey.unwrap_or(ferroce_wire::BthRepr::DEFAULT_PKEY),
                 ..ferroce_wire::BthRepr::new(*opcode, dest_qp, Psn::new(psn))
             };
-            let payload: Vec<u8> = (0..*len).map(|k| (k as u8) ^ 0x5a).collect();
+            // Byte `o` of the message is `o ^ fill`: packets are MTU-sized, a multiple of
+            // 256, so the offset's low byte is the packet's.
+            let payload: Vec<u8> = (0..*len).map(|k| (k as u8) ^ fill).collect();
             let frame = self
                 .peer
                 .build(b, *ext, &payload, &tweak)
@@ -566,6 +575,10 @@ impl Run<'_> {
         let n = e.count.unwrap_or(self.read_len.div_ceil(mtu).max(1));
         let psn0 = psn.unwrap_or(self.first);
         let start = self.last_step_end;
+        let fill = match &e.fill {
+            Some(_) => Some(self.eval(&e.fill, "0")? as u8),
+            None => None,
+        };
         let mut bytes = 0usize;
         for i in 0..n {
             let Some(r) = self.recv(deadline)? else {
@@ -585,6 +598,25 @@ impl Run<'_> {
                 return Ok(false);
             }
             self.note_ack(&r);
+            if let Some(f) = fill {
+                let wrong = r
+                    .payload
+                    .iter()
+                    .enumerate()
+                    .position(|(k, b)| *b != (bytes + k) as u8 ^ f);
+                if let Some(k) = wrong {
+                    self.line(
+                        "note",
+                        format!(
+                            "byte {} read back is {:#04x}, {:#04x} was written",
+                            bytes + k,
+                            r.payload[k],
+                            (bytes + k) as u8 ^ f
+                        ),
+                    );
+                    return Ok(false);
+                }
+            }
             bytes += r.payload_len;
         }
         if e.count.is_none() && bytes != self.read_len as usize {
@@ -600,6 +632,10 @@ impl Run<'_> {
     fn recv(&mut self, deadline: Instant) -> Result<Option<Reply>, String> {
         loop {
             let r = self.peer.recv(deadline).map_err(|e| e.to_string())?;
+            if let Some(r) = &r {
+                let a = super::fuzz::describe_answer(r, &self.remote);
+                self.answers.push(a);
+            }
             match r {
                 Some(r) if self.skip_target_requests && !r.opcode.info().is_response() => {
                     self.line(
