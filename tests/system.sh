@@ -12,7 +12,7 @@
 #           ib_write_bw, ib_send_lat, ibv_rc_pingpong), an 8-process all-to-all mesh with
 #           one SIGKILLed, and what is left behind (tests/netns/many_procs.sh); the UDP
 #           GSO data path at both MTUs (tests/netns/gso.sh); `ferroce probe conformance`
-#           against ferroce's own servers (tests/probe/conformance.sh ferroce)
+#           and `ferroce probe fuzz` against ferroce's own servers (tests/probe/{conformance,fuzz}.sh ferroce)
 #   dcqcn   two ferroce flows through a router namespace's htb + RED ECN bottleneck, DCQCN
 #           on and off: utilisation, fairness, marks not drops (tests/dcqcn/run.sh)
 #   interop ferroce <-> Linux rxe with rdma-core's ibv_*_pingpong, both roles, sizes, MTUs,
@@ -22,7 +22,8 @@
 #           (`ferroce exec`) and on rxe, both roles (tests/interop/rxe_libibverbs.sh);
 #           rdma-core's own test suite on rxe and on ferroce's libibverbs, side by side:
 #           a FAIL where a test passes on rxe and fails on ferroce (tests/interop/rxe_rdma_core.sh);
-#           `ferroce probe conformance` against Debian's programs on rxe (tests/probe/conformance.sh rxe)
+#           `ferroce probe conformance` and a short `ferroce probe fuzz` against Debian's
+#           programs on rxe (tests/probe/conformance.sh rxe, tests/probe/fuzz.sh rxe)
 # Each runs on this host when its kernel has what it needs (netem; sch_red; rdma_rxe) and otherwise
 # inside the rxe VM (Debian's Linux 6.1 under qemu, TCG when there is no KVM), where both
 # share one boot.
@@ -90,6 +91,8 @@ if (cd "$root" && cargo build --release --quiet -p ferroce-ibverbs --lib); then
   OUT=$out bash "$here/netns/many_procs.sh" "$bin" | tee "$out/many-procs.txt"
   echo "[system] ferroce probe conformance against ferroce's own servers over a veth"
   OUT=$out bash "$here/probe/conformance.sh" "$bin" ferroce | tee "$out/probe-ferroce.txt"
+  echo "[system] ferroce probe fuzz against ferroce's own servers over a veth (30 s per program)"
+  OUT=$out bash "$here/probe/fuzz.sh" "$bin" ferroce 30 | tee "$out/probe-fuzz-ferroce.txt"
 else
   echo "FAIL libibverbs: cargo build --release -p ferroce-ibverbs failed" | tee "$out/libibverbs.txt"
 fi
@@ -110,15 +113,17 @@ if host_has_rxe; then
   cleanup
   RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/probe/conformance.sh" "$bin" rxe | tee "$out/probe-rxe.txt"
   cleanup
+  RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/probe/fuzz.sh" "$bin" rxe 60 | tee "$out/probe-fuzz-rxe.txt"
+  cleanup
 else
-  echo "[system] this kernel has no rdma_rxe: interop tests go to the VM"; vm_parts="${vm_parts:+$vm_parts,}interop,probe"
+  echo "[system] this kernel has no rdma_rxe: interop tests go to the VM"; vm_parts="${vm_parts:+$vm_parts,}interop,probe,fuzz"
 fi
 if [ -n "$vm_parts" ]; then
   echo "[system] booting the rxe VM for: $vm_parts"
   t0=$(date +%s)
   "$here/interop/rxe-vm/run.sh" --timeout 3000 "$here/interop/guest.sh" "$out/vm" "$here" "$bin" "$mode" "$vm_parts" "$libdir" >"$out/vm.log" 2>&1
   echo "[system] VM run: exit $?, $(( $(date +%s) - t0 )) s"
-  grep -E '^(=====|PASS|FAIL|    |interop:|netns:|perftest:|rxe-libibverbs:|rdma-core-rxe:|probe-rxe:|\||dcqcn:|rxe0|tc |counters:)' "$out/vm/console.log" | tee "$out/vm.txt"
+  grep -E '^(=====|PASS|FAIL|    |interop:|netns:|perftest:|rxe-libibverbs:|rdma-core-rxe:|probe-rxe:|probe-fuzz-rxe:|\||dcqcn:|rxe0|tc |counters:)' "$out/vm/console.log" | tee "$out/vm.txt"
 fi
 passed=$(cat "$out"/*.txt 2>/dev/null | grep -cE '^PASS ')
 failed=$(cat "$out"/*.txt 2>/dev/null | grep -cE '^FAIL ')

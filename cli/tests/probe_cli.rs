@@ -61,3 +61,124 @@ fn usage_mistakes_are_one_line_and_exit_2() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("ferroce-probe-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A fuzz run against ferroce itself: the rounds asked for, nothing found, exit 0.
+#[test]
+fn fuzz_local_runs_the_rounds_asked_for() {
+    let dir = temp_dir("fuzz");
+    let out = ferroce(&[
+        "probe",
+        "fuzz",
+        "--rounds",
+        "15",
+        "--seed",
+        "2",
+        "--answer-ms",
+        "5",
+        "--out",
+        dir.to_str().unwrap(),
+        "local",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("fuzz: 15 rounds"), "{text}");
+    assert!(text.contains("0 findings"), "{text}");
+    assert!(text.contains("seed 2"), "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A reproducer (here: one RDMA WRITE with a key one bit off) replayed to ferroce and,
+/// with --diff, to a second ferroce: both NAK it alike and stay healthy.
+#[test]
+fn replay_with_diff_compares_two_targets() {
+    use ferroce::link::{Link, MemoryLink};
+    use ferroce_cli::probe::peer::{Addressing, Dir, Peer, Tweak};
+    use ferroce_cli::probe::repro::{ConnInfo, Repro};
+    use ferroce_wire::{BthRepr, ExtRepr, Opcode, Psn, RethRepr};
+    use std::sync::Arc;
+
+    let dir = temp_dir("replay");
+    let (a, _b) = MemoryLink::pair([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]).unwrap();
+    let link: Arc<dyn Link> = Arc::new(a);
+    let addr = Addressing {
+        mac: [2, 0, 0, 0, 0, 1],
+        ip: [10, 1, 0, 1].into(),
+        target_mac: [2, 0, 0, 0, 0, 2],
+        target_ip: [10, 1, 0, 2].into(),
+    };
+    let conn = ConnInfo {
+        tqpn: 0x21,
+        epsn: 0x100,
+        va: 0x4000,
+        rkey: 0x77,
+        pqpn: 0x31,
+    };
+    let mut peer = Peer::new(link, addr, conn.pqpn);
+    let bth = BthRepr::new(Opcode::RC_RDMA_WRITE_ONLY, conn.tqpn, Psn::new(conn.epsn));
+    let ext = ExtRepr {
+        reth: Some(RethRepr {
+            va: conn.va,
+            rkey: conn.rkey ^ 0x100,
+            dma_len: 64,
+        }),
+        ..Default::default()
+    };
+    let frame = peer.build(bth, ext, &[1; 64], &Tweak::default()).unwrap();
+    let path = dir.join("bad-key.pcapng");
+    Repro {
+        conn,
+        finding: String::new(),
+        via: "local".into(),
+        frames: vec![(Dir::Out, frame)],
+    }
+    .write(&path)
+    .unwrap();
+    let out = ferroce(&[
+        "probe",
+        "replay",
+        path.to_str().unwrap(),
+        "--diff",
+        "local",
+        "local",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("answer RC_ACKNOWLEDGE NAK(RemoteAccessError) psn=first+0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("diff: local and local answered alike"),
+        "{text}"
+    );
+    // Not a reproducer: a usage error.
+    let out = ferroce(&["probe", "replay", "/proc/self/status", "local"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("not a ferroce probe reproducer"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn conformance_diff_against_itself_finds_nothing() {
+    let out = ferroce(&[
+        "probe",
+        "conformance",
+        "-q",
+        "--only",
+        "psn-sequence-error,write-bad-rkey",
+        "--diff",
+        "local",
+        "local",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("diff: 0 cases differ"), "{text}");
+}

@@ -39,10 +39,18 @@ pub enum ProbeCommand {
     /// Run conformance cases against a target stack and print a verdict table.
     #[command(after_long_help = HELP)]
     Conformance(ConformanceArgs),
+    /// Fuzz a target inside live connections: mutated packets, a health check after
+    /// each round, findings saved as pcapng reproducers.
+    #[command(after_long_help = FUZZ_HELP)]
+    Fuzz(FuzzArgs),
+    /// Send a reproducer's packets again, on a new connection, and check the target.
+    #[command(after_long_help = REPLAY_HELP)]
+    Replay(ReplayArgs),
 }
 
-#[derive(Debug, clap::Args)]
-pub struct ConformanceArgs {
+/// How the probe reaches its target (shared by every `probe` command).
+#[derive(Debug, Clone, clap::Args)]
+pub struct TargetArgs {
     /// The target's host (out-of-band address), or `local`.
     pub target: Option<String>,
     /// The program the target runs.
@@ -61,9 +69,18 @@ pub struct ConformanceArgs {
     /// Path MTU (perftest: asked for; pingpong: must match the server's -m).
     #[arg(short = 'm', long, default_value_t = 1024)]
     pub mtu: u32,
-    /// Bytes of the target's buffer the cases may touch (default: the program's default).
+    /// Bytes of the target's buffer the probe may touch (default: the program's default).
     #[arg(long)]
     pub size: Option<u64>,
+    /// Seconds to keep trying to reach the target's program for each connection.
+    #[arg(long, default_value_t = 20)]
+    pub connect_wait: u64,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ConformanceArgs {
+    #[command(flatten)]
+    pub t: TargetArgs,
     /// Case files to run instead of the built-in suite (repeatable).
     #[arg(long = "cases")]
     pub cases: Vec<PathBuf>,
@@ -83,17 +100,75 @@ pub struct ConformanceArgs {
     /// Also write the verdict table as Markdown to FILE.
     #[arg(long, value_name = "FILE")]
     pub markdown: Option<PathBuf>,
-    /// Seconds to keep trying to reach the target's program for each case.
-    #[arg(long, default_value_t = 20)]
-    pub connect_wait: u64,
+    /// Also run every case against a second target (`local`, or a host reached with the
+    /// same options) and report where the two answer differently.
+    #[arg(long, value_name = "TARGET2")]
+    pub diff: Option<String>,
     /// Print only the table, not each case's transcript.
     #[arg(short = 'q', long)]
     pub quiet: bool,
 }
 
+#[derive(Debug, clap::Args)]
+pub struct FuzzArgs {
+    #[command(flatten)]
+    pub t: TargetArgs,
+    /// Stop after N rounds.
+    #[arg(long, value_name = "N")]
+    pub rounds: Option<u64>,
+    /// Stop after this many seconds (default: 60, unless --rounds is given).
+    #[arg(long, value_name = "SECONDS")]
+    pub time: Option<u64>,
+    /// The generator's seed (default: random; printed, so a run can be repeated).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Packets per round at most.
+    #[arg(long, default_value_t = 6)]
+    pub max_packets: usize,
+    /// Milliseconds to collect answers after a round's last packet.
+    #[arg(long, default_value_t = 50)]
+    pub answer_ms: u64,
+    /// Where reproducers of findings go.
+    #[arg(long, value_name = "DIR", default_value = "probe-findings")]
+    pub out: PathBuf,
+    /// More seed messages: the RoCE requests in these captures (pcap or pcapng).
+    #[arg(long = "seeds", value_name = "PCAP")]
+    pub seeds: Vec<PathBuf>,
+    /// Also watch the kernel log (/dev/kmsg) for warnings, BUGs and oopses: for a
+    /// kernel stack (rxe) on this same host or VM. Needs root.
+    #[arg(long)]
+    pub kmsg: bool,
+    /// Keep findings as found, without cutting them down to the packets that matter.
+    #[arg(long)]
+    pub no_minimize: bool,
+    /// Seconds a target that stopped answering may take to come back before the run stops.
+    #[arg(long, default_value_t = 60)]
+    pub recover_wait: u64,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReplayArgs {
+    /// A reproducer written by `ferroce probe fuzz` (pcapng).
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub t: TargetArgs,
+    /// Also replay to a second target (`local`, or a host reached with the same options)
+    /// and report whether the two answer differently.
+    #[arg(long, value_name = "TARGET2")]
+    pub diff: Option<String>,
+    /// Milliseconds to collect answers after the last packet.
+    #[arg(long, default_value_t = 200)]
+    pub answer_ms: u64,
+    /// Watch the kernel log (/dev/kmsg) too (root).
+    #[arg(long)]
+    pub kmsg: bool,
+}
+
 pub fn run(c: ProbeCommand) -> Result<ExitCode, CliError> {
     match c {
         ProbeCommand::Conformance(a) => conformance(a),
+        ProbeCommand::Fuzz(a) => fuzz(a),
+        ProbeCommand::Replay(a) => replay(a),
     }
 }
 
@@ -120,6 +195,34 @@ fn load_cases(a: &ConformanceArgs) -> Result<Vec<Case>, CliError> {
     Ok(all)
 }
 
+type Opened = (Box<dyn Target>, Arc<dyn Link>, Addressing);
+
+/// The target named `name` (`local`, or a host reached as `t` says).
+fn open_target(t: &TargetArgs, name: &str) -> Result<Opened, CliError> {
+    if name == "local" {
+        let (target, link, addr) = LocalTarget::new()?;
+        return Ok((Box::new(target), link, addr));
+    }
+    let mtu = super::parse_mtu(t.mtu)?;
+    let mut target = OobTarget::new(t.via, name.to_string(), t.port, mtu, t.size);
+    target.connect_wait = Duration::from_secs(t.connect_wait);
+    let (link, addr) = open_link(t, name)?;
+    Ok((Box::new(target), link, addr))
+}
+
+fn target_name(t: &TargetArgs) -> Result<String, CliError> {
+    Ok(t.target
+        .clone()
+        .ok_or("no TARGET: give the target's host, or `local` for ferroce itself")?)
+}
+
+/// `local` is ferroce: its documented deviations are known without saying so.
+fn stack_of(stack: &Option<String>, name: &str) -> Option<String> {
+    stack
+        .clone()
+        .or_else(|| (name == "local").then(|| "ferroce".to_string()))
+}
+
 fn conformance(a: ConformanceArgs) -> Result<ExitCode, CliError> {
     let cases = load_cases(&a)?;
     let mut out = std::io::stdout().lock();
@@ -129,25 +232,16 @@ fn conformance(a: ConformanceArgs) -> Result<ExitCode, CliError> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let target_name = a
-        .target
-        .clone()
-        .ok_or("no TARGET: give the target's host, or `local` for ferroce itself")?;
+    let name = target_name(&a.t)?;
     if let Some(dir) = &a.pcap {
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create pcap directory '{}': {e}", dir.display()))?;
     }
-    let mtu = super::parse_mtu(a.mtu)?;
-    let (mut target, link, addr): (Box<dyn Target>, Arc<dyn Link>, Addressing) =
-        if target_name == "local" {
-            let (t, link, addr) = LocalTarget::new()?;
-            (Box::new(t), link, addr)
-        } else {
-            let mut t = OobTarget::new(a.via, target_name.clone(), a.port, mtu, a.size);
-            t.connect_wait = Duration::from_secs(a.connect_wait);
-            let (link, addr) = open_link(&a, &target_name)?;
-            (Box::new(t), link, addr)
-        };
+    let (mut target, link, addr) = open_target(&a.t, &name)?;
+    let mut second = match &a.diff {
+        Some(n) => Some((n.clone(), open_target(&a.t, n)?)),
+        None => None,
+    };
     writeln!(
         out,
         "probe: {} cases against {} (probe {} -> target {})",
@@ -156,14 +250,18 @@ fn conformance(a: ConformanceArgs) -> Result<ExitCode, CliError> {
         addr.ip,
         addr.target_ip
     )?;
+    if let Some((_, (t2, _, a2))) = &second {
+        writeln!(
+            out,
+            "probe: and against {} ({})",
+            t2.describe(),
+            a2.target_ip
+        )?;
+    }
     out.flush()?;
     let opts = SuiteOptions {
         pcap_dir: a.pcap.clone(),
-        // `local` is ferroce: its documented deviations are known without saying so.
-        stack: a
-            .stack
-            .clone()
-            .or_else(|| (target_name == "local").then(|| "ferroce".to_string())),
+        stack: stack_of(&a.stack, &name),
     };
     let quiet = a.quiet;
     let outcomes = run_suite(&cases, target.as_mut(), &link, addr, &opts, &mut |c, o| {
@@ -189,6 +287,199 @@ fn conformance(a: ConformanceArgs) -> Result<ExitCode, CliError> {
                 | ferroce_cli::probe::runner::Verdict::Error(_)
         )
     });
+    let mut differ = false;
+    if let Some((n2, (t2, link2, addr2))) = &mut second {
+        let opts2 = SuiteOptions {
+            pcap_dir: None,
+            stack: stack_of(&None, n2),
+        };
+        let other = run_suite(&cases, t2.as_mut(), link2, *addr2, &opts2, &mut |_, _| {});
+        writeln!(out)?;
+        let d = report::diff(&mut out, &cases, (&name, &outcomes), (n2, &other))?;
+        differ = d > 0;
+    }
+    Ok(if bad || differ {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+pub const FUZZ_HELP: &str = "\
+Each round takes a fresh connection to the target's program (keep it in a loop, as for
+`probe conformance`), sends a well-formed request message built from Linux rxe's own
+traffic (or made up for the program's rights) with one to three structure-aware mutations
+(header fields, opcode sequences, lengths, PSN jumps, keys and addresses at their edges,
+ghost responses, a flipped bit; the ICRC stays valid unless it is the mutation), then
+checks the target on a new connection: data written reads back (ferroce), two FETCH_ADDs
+return consecutive values (ib_atomic_bw), a READ, WRITE or SEND is answered. A failed check
+(after one immediate retry), a malformed frame from the target, or (--kmsg) a kernel
+warning is a finding: the round is sent again, cut down to the packets that still cause
+it, and saved as OUT/finding-ROUND-KIND.pcapng; `ferroce probe replay FILE TARGET` sends it
+again. A run is repeatable from its --seed against the same target.
+Exit status: 0 when nothing was found, 1 when something was, 2 on a usage error.";
+
+pub const REPLAY_HELP: &str = "\
+The reproducer's packets are moved onto a new connection (QP number, PSNs, buffer address
+and key) keeping what was wrong with them, sent, and the target is checked as `probe fuzz`
+checks it. With --diff, the same goes to a second target and the answers are compared.
+Exit status: 0 when the target stayed healthy (and, with --diff, both answered alike),
+1 otherwise, 2 on a usage error.";
+
+fn fuzz(a: FuzzArgs) -> Result<ExitCode, CliError> {
+    use ferroce_cli::probe::fuzz::{self, mutate, FuzzOptions};
+    let name = target_name(&a.t)?;
+    if a.max_packets == 0 {
+        return Err("--max-packets must be at least 1".into());
+    }
+    let mut templates = mutate::builtin_templates();
+    for p in &a.seeds {
+        templates.extend(mutate::templates_from_file(p)?);
+    }
+    let kmsg = if a.kmsg {
+        Some(fuzz::kmsg::Kmsg::open()?)
+    } else {
+        None
+    };
+    std::fs::create_dir_all(&a.out)
+        .map_err(|e| format!("cannot create '{}': {e}", a.out.display()))?;
+    let (mut target, link, addr) = open_target(&a.t, &name)?;
+    let seed = a.seed.unwrap_or_else(ferroce_cli::probe::random_seed);
+    let duration = match (a.time, a.rounds) {
+        (Some(s), _) => Some(Duration::from_secs(s)),
+        (None, Some(_)) => None,
+        (None, None) => Some(Duration::from_secs(60)),
+    };
+    let via = match (name.as_str(), clap::ValueEnum::to_possible_value(&a.t.via)) {
+        ("local", _) | (_, None) => "local".to_string(),
+        (_, Some(v)) => v.get_name().to_string(),
+    };
+    let opts = FuzzOptions {
+        rounds: a.rounds,
+        duration,
+        seed,
+        max_packets: a.max_packets,
+        out_dir: a.out.clone(),
+        answer_ms: a.answer_ms,
+        via,
+        minimize: !a.no_minimize,
+        recover_wait: Duration::from_secs(a.recover_wait),
+    };
+    let check = fuzz::check_case(target.offers()).name;
+    println!(
+        "fuzz: {} (probe {} -> target {}); seed {seed}; {} seed messages; check {check}{}",
+        target.describe(),
+        addr.ip,
+        addr.target_ip,
+        templates.len(),
+        if a.kmsg { "; watching /dev/kmsg" } else { "" }
+    );
+    let r = fuzz::run(
+        target.as_mut(),
+        link,
+        addr,
+        &opts,
+        templates,
+        kmsg,
+        &mut |line| {
+            println!("{line}");
+            let _ = std::io::stdout().flush();
+        },
+    );
+    let s = r.elapsed.as_secs_f64().max(1e-9);
+    if let Some(why) = &r.stopped {
+        println!("fuzz: stopped early: {why}");
+    }
+    let mut kinds: Vec<&str> = r.findings.iter().map(|f| f.symptom.kind.name()).collect();
+    kinds.sort();
+    kinds.dedup();
+    println!(
+        "fuzz: {} rounds, {} packets, {} connections in {:.1} s ({:.2} rounds/s, {:.1} packets/s); {} findings{}; {} transient check failures; seed {seed}",
+        r.rounds,
+        r.packets,
+        r.connections,
+        s,
+        r.rounds as f64 / s,
+        r.packets as f64 / s,
+        r.findings.len(),
+        if kinds.is_empty() { String::new() } else { format!(" ({})", kinds.join(", ")) },
+        r.transient,
+    );
+    Ok(if r.findings.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn replay(a: ReplayArgs) -> Result<ExitCode, CliError> {
+    use ferroce_cli::probe::fuzz::{self, Fuzzer};
+    use ferroce_cli::probe::peer::Dir;
+    use ferroce_cli::probe::repro::Repro;
+    let repro = Repro::read(&a.file)?;
+    let name = target_name(&a.t)?;
+    let sent: Vec<Vec<u8>> = repro
+        .frames
+        .iter()
+        .filter(|(d, _)| *d == Dir::Out)
+        .map(|(_, f)| f.clone())
+        .collect();
+    if sent.is_empty() {
+        return Err(format!("'{}' holds no frame the probe sent", a.file.display()).into());
+    }
+    println!("replay: {} ({} packets)", a.file.display(), sent.len());
+    if !repro.finding.is_empty() {
+        println!("  recorded finding: {}", repro.finding);
+    }
+    for f in &sent {
+        println!("  sent (as recorded) {}", fuzz::describe_frame(f));
+    }
+    let run = |target_name: &str, kmsg: bool| -> Result<(String, fuzz::Attempt), CliError> {
+        let (mut target, link, addr) = open_target(&a.t, target_name)?;
+        let describe = target.describe();
+        let mut fz = Fuzzer::new(target.as_mut(), link, addr, a.answer_ms);
+        if kmsg {
+            fz.kmsg = Some(fuzz::kmsg::Kmsg::open()?);
+        }
+        let at = fz.replay(&sent, &repro.conn);
+        Ok((describe, at))
+    };
+    let print = |describe: &str, at: &fuzz::Attempt| {
+        println!("against {describe}:");
+        for ans in &at.answers {
+            println!("  answer {ans}");
+        }
+        if at.answers.is_empty() {
+            println!("  no answer");
+        }
+        match &at.symptom {
+            Some(s) => println!("  REPRODUCED {}: {}", s.kind.name(), s.detail),
+            None => println!("  target healthy after the packets"),
+        }
+    };
+    let (d1, first) = run(&name, a.kmsg)?;
+    print(&d1, &first);
+    let mut bad = first.symptom.is_some();
+    if let Some(n2) = &a.diff {
+        let (d2, second) = run(n2, false)?;
+        print(&d2, &second);
+        let same_answers = first.answers == second.answers;
+        let same_health =
+            first.symptom.as_ref().map(|s| s.kind) == second.symptom.as_ref().map(|s| s.kind);
+        if same_answers && same_health {
+            println!("diff: {name} and {n2} answered alike");
+        } else {
+            println!(
+                "diff: {name} and {n2} differ ({})",
+                match (same_answers, same_health) {
+                    (false, false) => "answers and health",
+                    (false, true) => "answers",
+                    _ => "health",
+                }
+            );
+            bad = true;
+        }
+    }
     Ok(if bad {
         ExitCode::from(1)
     } else {
@@ -198,7 +489,7 @@ fn conformance(a: ConformanceArgs) -> Result<ExitCode, CliError> {
 
 /// Opens the interface and finds the addresses: the probe's (its GID index), the target's
 /// (TARGET resolved; RoCE packets go to the same address) and its MAC.
-fn open_link(a: &ConformanceArgs, host: &str) -> Result<(Arc<dyn Link>, Addressing), CliError> {
+fn open_link(a: &TargetArgs, host: &str) -> Result<(Arc<dyn Link>, Addressing), CliError> {
     use std::net::ToSocketAddrs;
     let dev = match &a.ib_dev {
         Some(name) => Device::by_name(name)?,

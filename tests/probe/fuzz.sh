@@ -1,0 +1,44 @@
+#!/bin/bash
+# `ferroce probe fuzz` against a real stack, once per program the fuzzer reaches it
+# through (ib_write_bw, ib_read_bw, ib_atomic_bw servers, kept in a loop), over a veth
+# pair with the probe in its own namespace (setup: tests/probe/lib.sh).
+#   tests/probe/fuzz.sh FERROCE_BINARY ferroce [SECONDS]   (native: ferroce's perf servers)
+#   tests/probe/fuzz.sh FERROCE_BINARY rxe [SECONDS]       (the rxe VM: Debian's programs on
+#       rxe0, and the kernel log watched with --kmsg, as probe and rxe share the kernel)
+# SECONDS per program (default 60); FUZZ_SEED (default 1) makes the packets repeatable.
+# (ibv_rc_pingpong is left out: it waits for the ACK of its own SEND, so each round would
+# last its retry timeout.) Each program gives one line: PASS when the fuzzer ran at least
+# 10 rounds and found nothing; FAIL with the findings otherwise. Ends with
+# "probe-fuzz-STACK: N passed, M failed"; logs and reproducers go to $OUT/fuzz-STACK.
+set -u
+F=${1:?usage: fuzz.sh FERROCE_BINARY ferroce|rxe [SECONDS]}
+STACK=${2:?usage: fuzz.sh FERROCE_BINARY ferroce|rxe [SECONDS]}
+SECS=${3:-60}
+SEED=${FUZZ_SEED:-1}
+out=${OUT:-/tmp/ferroce-probe}/fuzz-$STACK; rm -rf "$out"; mkdir -p "$out"
+pass=0 fail=0
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+probe_setup "$STACK" || exit 1
+kmsg=""; [ "$STACK" = rxe ] && kmsg=--kmsg
+
+echo "probe-fuzz: $STACK target at $TIP, $SECS s per program, seed $SEED; $("$F" --version)"
+for via in write-bw read-bw atomic-bw; do
+  start_loop $via
+  log=$out/$via.log
+  in_ns "$PNS" timeout $((SECS + 900)) "$F" probe fuzz --via "$via" -d $PDEV --time "$SECS" \
+    --seed "$SEED" --connect-wait 90 --answer-ms 100 --out "$out/$via" $kmsg "$TIP" >"$log" 2>&1
+  rc=$?
+  stop_loop
+  summary=$(grep '^fuzz: [0-9]* rounds' "$log" | tail -1)
+  rounds=$(echo "$summary" | awk '{print $2}')
+  if [ "$rc" = 0 ] && [ "${rounds:-0}" -ge 10 ]; then
+    pass=$((pass + 1)); echo "PASS probe-fuzz-$STACK-$via: $summary"
+  else
+    fail=$((fail + 1)); echo "FAIL probe-fuzz-$STACK-$via: exit $rc, ${summary:-no summary}"
+    grep -E '^FINDING' -A8 "$log" | head -60 | sed 's/^/    /'
+    tail -3 "$log" | sed 's/^/    /'
+  fi
+done
+echo "probe-fuzz-$STACK: $pass passed, $fail failed"
+[ "$fail" = 0 ]
