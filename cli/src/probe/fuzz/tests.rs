@@ -196,3 +196,51 @@ fn the_checks_parse_and_fit_each_program() {
         assert_eq!(check_case(&offers).name, name);
     }
 }
+
+/// Of three packets, the finding keeps the one that causes it.
+#[test]
+fn minimizing_keeps_only_the_packet_that_matters() {
+    use ferroce_wire::{BthRepr, ExtRepr, Psn, RethRepr};
+    let dir = temp_dir("minimize");
+    let (mut target, link, addr) = LocalTarget::new().unwrap();
+    let planted: Arc<dyn Link> = Arc::new(Planted {
+        inner: link,
+        corrupt: AtomicU32::new(0),
+    });
+    let opts = options(&dir, 1, 1);
+    let mut fz = Fuzzer::new(&mut target, planted, addr, 5);
+    let mut described = Vec::new();
+    let first = fz.attempt(&mut |peer, remote| {
+        (0..3u32)
+            .map(|k| {
+                let mut bth = BthRepr::new(
+                    Opcode::RC_RDMA_WRITE_ONLY,
+                    remote.qpn,
+                    Psn::new((remote.epsn + k) & Psn::MASK),
+                );
+                if k == 1 {
+                    bth.pkey = 0x7fff;
+                }
+                let ext = ExtRepr {
+                    reth: Some(RethRepr {
+                        va: remote.va + u64::from(k) * 64,
+                        rkey: remote.rkey,
+                        dma_len: 64,
+                    }),
+                    ..Default::default()
+                };
+                described.push(format!("write {k}"));
+                peer.build(bth, ext, &[k as u8; 64], &Default::default())
+                    .unwrap()
+            })
+            .collect()
+    });
+    let symptom = first.symptom.clone().expect("the planted bug shows");
+    assert_eq!(symptom.kind, FindingKind::WrongAnswer);
+    let mut report = FuzzReport::default();
+    let f = settle(&mut fz, &opts, 1, first, described, symptom, &mut report);
+    assert!(f.reproduced, "{}", finding_text(&f));
+    assert_eq!(f.kept, vec![1], "{}", finding_text(&f));
+    assert!(report.stopped.is_none());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
