@@ -414,16 +414,10 @@ fn fuzz(a: FuzzArgs) -> Result<ExitCode, CliError> {
 
 fn replay(a: ReplayArgs) -> Result<ExitCode, CliError> {
     use ferroce_cli::probe::fuzz::{self, Fuzzer};
-    use ferroce_cli::probe::peer::Dir;
     use ferroce_cli::probe::repro::Repro;
     let repro = Repro::read(&a.file)?;
     let name = target_name(&a.t)?;
-    let sent: Vec<Vec<u8>> = repro
-        .frames
-        .iter()
-        .filter(|(d, _)| *d == Dir::Out)
-        .map(|(_, f)| f.clone())
-        .collect();
+    let sent = repro.sent();
     if sent.is_empty() {
         return Err(format!("'{}' holds no frame the probe sent", a.file.display()).into());
     }

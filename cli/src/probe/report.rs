@@ -117,20 +117,10 @@ pub fn diff(
         }
         n += 1;
         writeln!(out, "DIFFERS {}: {}", case.name, case.summary)?;
-        writeln!(
-            out,
-            "   {:<10} {:<5} {}",
-            a.0,
-            x.verdict.word(),
-            x.answers.join(", ")
-        )?;
-        writeln!(
-            out,
-            "   {:<10} {:<5} {}",
-            b.0,
-            y.verdict.word(),
-            y.answers.join(", ")
-        )?;
+        for (who, o) in [(a.0, x), (b.0, y)] {
+            let answers = o.answers.join(", ");
+            writeln!(out, "   {who:<10} {:<5} {answers}", o.verdict.word())?;
+        }
     }
     writeln!(out, "diff: {n} cases differ")?;
     Ok(n)

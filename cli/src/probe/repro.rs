@@ -102,6 +102,15 @@ impl Repro {
         Ok(())
     }
 
+    /// The frames the probe sent (the ones a replay sends again).
+    pub fn sent(&self) -> Vec<Vec<u8>> {
+        self.frames
+            .iter()
+            .filter(|(d, _)| *d == Dir::Out)
+            .map(|(_, f)| f.clone())
+            .collect()
+    }
+
     /// Reads a reproducer written by [`Repro::write`].
     pub fn read(path: &Path) -> Result<Repro, String> {
         let file =

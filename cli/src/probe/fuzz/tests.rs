@@ -156,12 +156,7 @@ fn a_planted_bug_is_found_minimized_and_replayed() {
     // The reproducer: one packet sent, on the connection it was sent on.
     let path = f.file.clone().expect("a reproducer was written");
     let repro = Repro::read(&path).unwrap();
-    let sent: Vec<Vec<u8>> = repro
-        .frames
-        .iter()
-        .filter(|(d, _)| *d == Dir::Out)
-        .map(|(_, f)| f.clone())
-        .collect();
+    let sent = repro.sent();
     assert_eq!(sent.len(), 1);
     assert!(
         repro.finding.starts_with("wrong-answer"),
