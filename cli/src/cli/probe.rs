@@ -385,7 +385,7 @@ fn fuzz(a: FuzzArgs) -> Result<ExitCode, CliError> {
             println!("{line}");
             let _ = std::io::stdout().flush();
         },
-    );
+    )?;
     let s = r.elapsed.as_secs_f64().max(1e-9);
     if let Some(why) = &r.stopped {
         println!("fuzz: stopped early: {why}");

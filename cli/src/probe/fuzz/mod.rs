@@ -483,7 +483,7 @@ fn finish_pingpong(peer: &mut Peer, remote: &Remote, n: usize) {
 }
 
 /// Runs rounds until `opts` says stop; `progress` sees one line now and then and each
-/// finding as it is made.
+/// finding as it is made. Fails when the target is unwell before the first round.
 pub fn run(
     target: &mut dyn Target,
     link: Arc<dyn Link>,
@@ -492,9 +492,17 @@ pub fn run(
     templates: Vec<mutate::Template>,
     kmsg: Option<kmsg::Kmsg>,
     progress: &mut dyn FnMut(&str),
-) -> FuzzReport {
+) -> Result<FuzzReport, String> {
     let t0 = Instant::now();
     let mut fz = Fuzzer::new(target, link, addr, opts.answer_ms);
+    // A target that is unwell before the first round is a set-up problem, not a finding.
+    if let Err(s) = fz.health() {
+        return Err(format!(
+            "the target fails its health check before any fuzzing ({}: {})",
+            s.kind.name(),
+            s.detail
+        ));
+    }
     fz.kmsg = kmsg;
     let offers = fz.offers();
     let mut gen = mutate::Gen::new(opts.seed, templates);
@@ -557,7 +565,7 @@ pub fn run(
     report.elapsed = t0.elapsed();
     report.connections = fz.connections;
     report.transient = fz.transient;
-    report
+    Ok(report)
 }
 
 /// After a symptom: waits for the target to come back, cuts the round down to the

@@ -88,7 +88,8 @@ fn a_healthy_target_yields_no_findings() {
         mutate::builtin_templates(),
         None,
         &mut |_| {},
-    );
+    )
+    .unwrap();
     let found: Vec<String> = r.findings.iter().map(finding_text).collect();
     assert!(found.is_empty(), "{found:#?}");
     assert_eq!(r.rounds, 150);
@@ -127,7 +128,8 @@ fn a_planted_bug_is_found_minimized_and_replayed() {
         mutate::builtin_templates(),
         None,
         &mut |_| {},
-    );
+    )
+    .unwrap();
     for f in &r.findings {
         if f.symptom.kind == FindingKind::WrongAnswer {
             found = Some(f.clone());
