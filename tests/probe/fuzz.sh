@@ -1,13 +1,13 @@
 #!/bin/bash
 # `ferroce probe fuzz` against a real stack, once per program the fuzzer reaches it
 # through (ib_write_bw, ib_read_bw, ib_atomic_bw servers, kept in a loop), over a veth
-# pair with the probe in its own namespace (setup: tests/probe/lib.sh).
+# pair with the probe in its own namespace (setup: tests/probe/lib.sh); and ibv_rc_pingpong
+# (ferroce rc-pingpong natively), whose own SEND the fuzzer acknowledges after each round.
 #   tests/probe/fuzz.sh FERROCE_BINARY ferroce [SECONDS]   (native: ferroce's perf servers)
 #   tests/probe/fuzz.sh FERROCE_BINARY rxe [SECONDS]       (the rxe VM: Debian's programs on
 #       rxe0, and the kernel log watched with --kmsg, as probe and rxe share the kernel)
 # SECONDS per program (default 60); FUZZ_SEED (default 1) makes the packets repeatable.
-# (ibv_rc_pingpong is left out: it waits for the ACK of its own SEND, so each round would
-# last its retry timeout.) Each program gives one line: PASS when the fuzzer ran at least
+# Each program gives one line: PASS when the fuzzer ran at least
 # 10 rounds and found nothing; FAIL with the findings otherwise. Ends with
 # "probe-fuzz-STACK: N passed, M failed"; logs and reproducers go to $OUT/fuzz-STACK.
 set -u
@@ -23,7 +23,7 @@ probe_setup "$STACK" || exit 1
 kmsg=""; [ "$STACK" = rxe ] && kmsg=--kmsg
 
 echo "probe-fuzz: $STACK target at $TIP, $SECS s per program, seed $SEED; $("$F" --version)"
-for via in write-bw read-bw atomic-bw; do
+for via in pingpong write-bw read-bw atomic-bw; do
   start_loop $via
   log=$out/$via.log
   in_ns "$PNS" timeout $((SECS + 900)) "$F" probe fuzz --via "$via" -d $PDEV --time "$SECS" \

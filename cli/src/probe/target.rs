@@ -57,6 +57,11 @@ pub trait Target {
     fn offers(&self) -> &[Needs];
     /// Connects a fresh QP of the target to `mine`, for a case that `needs` this.
     fn connect(&mut self, mine: Mine, needs: Needs) -> Result<Connected, String>;
+    /// Whether the program ends only after a SEND and the ACK of its own answer
+    /// (ibv_rc_pingpong): the fuzzer then gives it both after each round.
+    fn waits_for_send(&self) -> bool {
+        false
+    }
 }
 
 /// The program a target runs, reached by its own exchange.
@@ -153,6 +158,10 @@ impl Target for OobTarget {
 
     fn offers(&self) -> &[Needs] {
         &self.offers
+    }
+
+    fn waits_for_send(&self) -> bool {
+        self.via == Via::Pingpong
     }
 
     fn connect(&mut self, mine: Mine, _needs: Needs) -> Result<Connected, String> {

@@ -291,10 +291,8 @@ impl<'a> Fuzzer<'a> {
                 received.push(f.to_vec());
             }
         }
-        // A pingpong program waits for one SEND: give it one at each PSN it may expect,
-        // so that it ends now rather than at its timeout.
-        if self.target.offers().contains(&Needs::Send) {
-            finish_pingpong(&mut peer, &remote, sent.len());
+        if self.target.waits_for_send() {
+            finish_pingpong(&mut peer, &remote, sent.len(), Duration::from_secs(1));
         }
         if let Some(close) = close {
             close();
@@ -464,21 +462,40 @@ pub fn describe_frame(frame: &[u8]) -> String {
     }
 }
 
-fn finish_pingpong(peer: &mut Peer, remote: &Remote, n: usize) {
+/// A pingpong program waits for one SEND, answers it with its own and waits for that
+/// one's ACK: it gets a SEND at each PSN it may expect after the round, and its answer is
+/// acknowledged, so that it ends now rather than at its timeout or retry limit.
+fn finish_pingpong(peer: &mut Peer, remote: &Remote, n: usize, wait: Duration) {
+    use ferroce_wire::{AethRepr, ExtRepr, Position, Syndrome};
+    let tweak = super::peer::Tweak::default();
     for k in 0..=n as u32 {
         let bth = ferroce_wire::BthRepr::new(
             Opcode::RC_SEND_ONLY,
             remote.qpn,
             Psn::new((remote.epsn + k) & Psn::MASK),
         );
-        if let Ok(f) = peer.build(
-            bth,
-            ferroce_wire::ExtRepr::default(),
-            &[0; 4],
-            &super::peer::Tweak::default(),
-        ) {
+        if let Ok(f) = peer.build(bth, ExtRepr::default(), &[0; 4], &tweak) {
             let _ = peer.send(f);
         }
+    }
+    let deadline = Instant::now() + wait;
+    while let Ok(Some(r)) = peer.recv(deadline) {
+        let last = matches!(r.opcode.position(), Position::Last | Position::Only);
+        if r.opcode.info().is_response() || !last {
+            continue;
+        }
+        let bth = ferroce_wire::BthRepr::new(Opcode::RC_ACKNOWLEDGE, remote.qpn, Psn::new(r.psn));
+        let ext = ExtRepr {
+            aeth: Some(AethRepr {
+                syndrome: Syndrome::Ack { credits: 0x1f },
+                msn: 1,
+            }),
+            ..Default::default()
+        };
+        if let Ok(f) = peer.build(bth, ext, &[], &tweak) {
+            let _ = peer.send(f);
+        }
+        return;
     }
 }
 

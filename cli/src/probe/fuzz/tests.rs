@@ -11,6 +11,7 @@ use ferroce_wire::Opcode;
 
 use super::*;
 use crate::probe::local::LocalTarget;
+use crate::probe::target::Target;
 
 /// The probe's end of the wire, with a planted bug "in the target": after the probe sends
 /// a packet with P_Key 0x7fff, the next six READ response packets carry one wrong byte
@@ -239,5 +240,51 @@ fn minimizing_keeps_only_the_packet_that_matters() {
     assert!(f.reproduced, "{}", finding_text(&f));
     assert_eq!(f.kept, vec![1], "{}", finding_text(&f));
     assert!(report.stopped.is_none());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// ferroce as ibv_rc_pingpong offers it: SENDs only, a SEND answered with one.
+struct PingpongLike(LocalTarget);
+
+impl Target for PingpongLike {
+    fn describe(&self) -> String {
+        "ferroce, pingpong rights".into()
+    }
+    fn offers(&self) -> &[Needs] {
+        &[Needs::Any, Needs::Send, Needs::Requester]
+    }
+    fn connect(
+        &mut self,
+        mine: crate::probe::target::Mine,
+        needs: Needs,
+    ) -> Result<crate::probe::target::Connected, String> {
+        self.0.connect(mine, needs)
+    }
+    fn waits_for_send(&self) -> bool {
+        true
+    }
+}
+
+/// Through a pingpong program the check is a SEND, its answer acknowledged; rounds of
+/// SENDs leave a healthy target healthy.
+#[test]
+fn pingpong_targets_are_checked_with_sends() {
+    let dir = temp_dir("pingpong");
+    let (local, link, addr) = LocalTarget::new().unwrap();
+    let mut target = PingpongLike(local);
+    assert_eq!(check_case(target.offers()).name, "check-send");
+    let r = run(
+        &mut target,
+        link,
+        addr,
+        &options(&dir, 15, 4),
+        mutate::builtin_templates(),
+        None,
+        &mut |_| {},
+    )
+    .unwrap();
+    let found: Vec<String> = r.findings.iter().map(finding_text).collect();
+    assert!(found.is_empty(), "{found:#?}");
+    assert_eq!((r.rounds, r.transient), (15, 0));
     std::fs::remove_dir_all(&dir).unwrap();
 }
