@@ -113,7 +113,7 @@ if host_has_rxe; then
   cleanup
   RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/probe/conformance.sh" "$bin" rxe | tee "$out/probe-rxe.txt"
   cleanup
-  RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/probe/fuzz.sh" "$bin" rxe 60 | tee "$out/probe-fuzz-rxe.txt"
+  RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/probe/fuzz.sh" "$bin" rxe 45 | tee "$out/probe-fuzz-rxe.txt"
   cleanup
 else
   echo "[system] this kernel has no rdma_rxe: interop tests go to the VM"; vm_parts="${vm_parts:+$vm_parts,}interop,probe,fuzz"

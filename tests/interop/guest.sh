@@ -5,7 +5,7 @@
 #       one step of interop (the Debian programs on ferroce's library against rxe,
 #       rxe_libibverbs.sh; rdma-core's test suite on rxe and ferroce, rxe_rdma_core.sh);
 #       "probe" runs `ferroce probe conformance` against rxe (tests/probe/conformance.sh);
-#       "fuzz" a short `ferroce probe fuzz` run against rxe (60 s per program,
+#       "fuzz" a short `ferroce probe fuzz` run against rxe (45 s per program,
 #       tests/probe/fuzz.sh), "fuzzlong" a long one (FUZZ_SECS, default 1200 s per program)
 #     LIBDIR: the directory holding the libibverbs.so.1 that interop's programs run on
 #       through `ferroce exec` (FERROCE_LIBDIR); without it, the library next to
@@ -51,7 +51,7 @@ case ",$PARTS," in *,probe,*)
 esac
 case ",$PARTS," in *,fuzz,*)
   echo "===== probe-fuzz-rxe: ferroce probe fuzz against Linux rxe ====="
-  OUT=${OUT:-.} bash "$tests/probe/fuzz.sh" "$F" rxe 60 || rc=1 ;;
+  OUT=${OUT:-.} bash "$tests/probe/fuzz.sh" "$F" rxe 45 || rc=1 ;;
 esac
 case ",$PARTS," in *,fuzzlong,*)
   echo "===== probe-fuzz-rxe: a long ferroce probe fuzz run against Linux rxe ====="
