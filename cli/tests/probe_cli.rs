@@ -53,6 +53,10 @@ fn usage_mistakes_are_one_line_and_exit_2() {
             ][..],
             "cannot read case file",
         ),
+        (
+            &["probe", "fuzz", "--via", "read-bw-client", "local"][..],
+            "sends requests to a server program",
+        ),
     ] {
         let out = ferroce(args);
         let err = String::from_utf8_lossy(&out.stderr);

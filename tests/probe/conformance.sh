@@ -1,13 +1,15 @@
 #!/bin/bash
 # `ferroce probe conformance` against a real stack, once per program the cases reach it
-# through (ibv_rc_pingpong, ib_write_bw, ib_read_bw, ib_atomic_bw servers, each kept in a
-# loop as the probe's help says), over a veth pair with the probe in its own namespace.
+# through (ibv_rc_pingpong, ib_write_bw, ib_read_bw, ib_atomic_bw servers, and an
+# ib_read_bw client reading from the probe, each kept in a loop as the probe's help says),
+# over a veth pair with the probe in its own namespace.
 #   tests/probe/conformance.sh FERROCE_BINARY ferroce   (native: two namespaces; ferroce's
 #       own rc-pingpong and perf servers as the target)
 #   tests/probe/conformance.sh FERROCE_BINARY rxe       (where rdma_rxe is: the rxe VM,
 #       tests/interop/guest.sh; Debian's programs on rxe0 as the target)
-# Each program gives one PASS/FAIL line: PASS when every case it can run passed or is a
-# deviation its case file documents for that stack (KNOWN), and none erred. Ends with
+# PROBE_PROGRAMS picks some of them (default: all). Each program gives one PASS/FAIL line:
+# PASS when every case it can run passed or is a deviation its case file documents for
+# that stack (KNOWN), and none erred. Ends with
 # "probe: N passed, M failed"; the verdict tables (Markdown) and pcaps go to $OUT/probe.
 set -u
 F=${1:?usage: conformance.sh FERROCE_BINARY ferroce|rxe}
@@ -19,7 +21,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 probe_setup "$STACK" || exit 1
 
 echo "probe: $STACK target at $TIP; $("$F" --version)"
-for via in pingpong write-bw read-bw atomic-bw; do
+for via in ${PROBE_PROGRAMS:-pingpong write-bw read-bw atomic-bw read-bw-client}; do
   start_loop $via
   log=$out/$via.log
   in_ns "$PNS" timeout 900 "$F" probe conformance --via "$via" -d $PDEV --stack "$STACK" \

@@ -1,8 +1,10 @@
 # Shared by tests/probe/conformance.sh and tests/probe/fuzz.sh: a target stack reached
 # over a veth pair with the probe in its own namespace, and the target's program kept in a
 # loop (each probe connection takes a fresh run of it).
-#   probe_setup ferroce|rxe  sets PNS PDEV TIP TNS and server(); installs the cleanup
-#   start_loop PROGRAM       runs PROGRAM's server in a loop, in its own session
+#   probe_setup ferroce|rxe  sets PNS PDEV PIP (the probe's namespace, interface, address),
+#                            TNS TIP (the target's) and server(); installs the cleanup
+#   start_loop PROGRAM       runs PROGRAM's server (read-bw-client: an ib_read_bw client
+#                            reading from the probe) in a loop, in its own session
 #   stop_loop                kills that loop and everything in its session
 #   in_ns NS CMD...          runs CMD in namespace NS ("" = here)
 loop=""
@@ -22,17 +24,18 @@ probe_setup() {
     else
       G=$(setup_peer_ns 9000) || { echo "setup_peer_ns failed"; return 1; }
     fi
-    PNS=peer PDEV=vethP TIP=10.77.0.2
+    PNS=peer PDEV=vethP TIP=10.77.0.2 PIP=10.77.0.1
     TNS=""
     server() {
       case $1 in
         pingpong) echo "timeout 20 ibv_rc_pingpong -d rxe0 -g $G -n 1 -m 1024" ;;
+        read-bw-client) echo "timeout 30 ib_read_bw -d rxe0 -x $G -m 1024 -s 2048 -n 5 -t 1 $PIP" ;;
         *) echo "timeout 60 ib_${1/-/_} -d rxe0 -x $G -m 1024" ;;
       esac
     }
     trap stop_loop EXIT
   else
-    PNS=probe-a TNS=probe-b PDEV=probe-va TIP=10.94.0.2
+    PNS=probe-a TNS=probe-b PDEV=probe-va TIP=10.94.0.2 PIP=10.94.0.1
     cleanup() { stop_loop; ip netns del $PNS 2>/dev/null; ip netns del $TNS 2>/dev/null; true; }
     cleanup
     ip netns add $PNS && ip netns add $TNS || { echo "cannot create network namespaces (need root)"; return 1; }
@@ -43,6 +46,7 @@ probe_setup() {
     server() {
       case $1 in
         pingpong) echo "timeout 20 $F rc-pingpong -d probe-vb -n 1 -m 1024" ;;
+        read-bw-client) echo "timeout 30 $F perf read-bw -d probe-vb -m 1024 -s 2048 -n 5 -t 1 $PIP" ;;
         *) echo "timeout 60 $F perf $1 -d probe-vb -m 1024" ;;
       esac
     }

@@ -29,8 +29,11 @@ and the target's program serves one client, so keep it in a loop, e.g. on the ta
 then, on another host (or network namespace), with the target's RoCE address:
   ferroce probe conformance --via write-bw -d eth0 10.0.0.2
   ferroce probe conformance --via pingpong -d eth0 10.0.0.2
+With `--via read-bw-client` the target runs an ib_read_bw *client* against the probe's
+host (the probe plays its server, and the target is the one reading):
+  while :; do ib_read_bw -d rxe0 -x 1 -m 1024 -s 2048 -n 5 -t 1 PROBE_ADDRESS; done
 Cases needing what the program does not offer are skipped: run the suite once per
-program (pingpong, write-bw, read-bw, atomic-bw) for full coverage.
+program (pingpong, write-bw, read-bw, atomic-bw, read-bw-client) for full coverage.
 Cases are TOML files (`--cases FILE`; the built-in ones are in cli/probe/ of the source).
 Exit status: 0 when no case failed or erred, 1 otherwise, 2 on a usage error.";
 
@@ -331,6 +334,9 @@ fn fuzz(a: FuzzArgs) -> Result<ExitCode, CliError> {
     let name = target_name(&a.t)?;
     if a.max_packets == 0 {
         return Err("--max-packets must be at least 1".into());
+    }
+    if a.t.via == Via::ReadBwClient {
+        return Err("probe fuzz sends requests to a server program: use --via pingpong, write-bw, read-bw or atomic-bw".into());
     }
     let mut templates = mutate::builtin_templates();
     for p in &a.seeds {

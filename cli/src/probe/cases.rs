@@ -62,6 +62,9 @@ pub enum Needs {
     /// A QP with no receive posted (perftest's WRITE, READ and atomic servers).
     #[serde(rename = "norecv")]
     NoRecv,
+    /// A target that sends RDMA READ requests to the probe (an ib_read_bw client; the
+    /// probe plays its server).
+    Reader,
     /// Nothing beyond a connected RC QP.
     Any,
 }
@@ -76,6 +79,7 @@ impl Needs {
             Needs::Atomic => "atomic",
             Needs::Requester => "requester",
             Needs::NoRecv => "norecv",
+            Needs::Reader => "reader",
             Needs::Any => "any",
         }
     }
@@ -337,6 +341,7 @@ const BUILTIN: &[(&str, &str)] = &[
     ("invalid.toml", include_str!("../../probe/invalid.toml")),
     ("malformed.toml", include_str!("../../probe/malformed.toml")),
     ("requester.toml", include_str!("../../probe/requester.toml")),
+    ("reader.toml", include_str!("../../probe/reader.toml")),
 ];
 
 fn load_case(c: CaseDef) -> Result<Case, String> {

@@ -19,7 +19,7 @@ use ferroce::verbs::{
 use super::cases::Needs;
 use super::peer::Addressing;
 use super::runner::Remote;
-use super::target::{Connected, Mine, Target};
+use super::target::{Connected, Mine, Target, PROBE_RKEY, PROBE_VA, READ_LEN};
 
 const PROBE_MAC: [u8; 6] = [0x02, 0x50, 0x52, 0x4f, 0x42, 0x45];
 const TARGET_MAC: [u8; 6] = [0x02, 0x46, 0x45, 0x52, 0x52, 0x4f];
@@ -87,9 +87,42 @@ impl LocalTarget {
                 Needs::Atomic,
                 Needs::Requester,
                 Needs::NoRecv,
+                Needs::Reader,
             ],
         };
         Ok((target, Arc::new(probe_link), addr))
+    }
+
+    /// Keeps the connection's resources and says what the probe needs to know of them.
+    fn connected(
+        &mut self,
+        qp: Arc<QueuePair>,
+        mr: Arc<MemoryRegion>,
+        cq: Arc<CompletionQueue>,
+        pd: ProtectionDomain,
+        path: &RcPath,
+        gid: Ipv6Addr,
+    ) -> Connected {
+        let remote = Remote {
+            qpn: qp.qpn(),
+            epsn: path.rq_psn,
+            va: mr.addr(),
+            rkey: mr.rkey(),
+            size: BUFFER as u64,
+            mtu: path.mtu.bytes(),
+            timeout_ms: 67,
+        };
+        self.current = Some(Current {
+            _qp: qp,
+            _mr: mr,
+            _cq: cq,
+            _pd: pd,
+        });
+        Connected {
+            remote,
+            gid,
+            close: None,
+        }
     }
 
     /// The target's counters (rxe's hw_counters names), for checks of what it counted.
@@ -137,6 +170,29 @@ impl Target for LocalTarget {
             })
             .map_err(e)?;
         }
+        // Like an ib_read_bw client (`reader` cases): READs of the probe's buffer, one at a
+        // time, each once the one before completed.
+        if needs == Needs::Reader {
+            let (rqp, rcq) = (qp.clone(), cq.clone());
+            let sge = mr.sge(0, READ_LEN);
+            let rmr = mr.clone();
+            std::thread::spawn(move || {
+                for i in 0..5u64 {
+                    if rqp
+                        .post_send(&wr::rdma_read(i, sge, PROBE_VA, PROBE_RKEY))
+                        .is_err()
+                    {
+                        return;
+                    }
+                    match rcq.wait_one(Duration::from_secs(10)) {
+                        Some(wc) if wc.status == WcStatus::Success => {}
+                        _ => return,
+                    }
+                }
+                drop(rmr);
+            });
+            return Ok(self.connected(qp, mr, cq, pd, &path, gid));
+        }
         // Like ibv_rc_pingpong: the first SEND received is answered with a SEND.
         {
             let qp = qp.clone();
@@ -160,25 +216,6 @@ impl Target for LocalTarget {
                 }
             });
         }
-        let remote = Remote {
-            qpn: qp.qpn(),
-            epsn: mine.psn,
-            va: mr.addr(),
-            rkey: mr.rkey(),
-            size: BUFFER as u64,
-            mtu: path.mtu.bytes(),
-            timeout_ms: 67,
-        };
-        self.current = Some(Current {
-            _qp: qp,
-            _mr: mr,
-            _cq: cq,
-            _pd: pd,
-        });
-        Ok(Connected {
-            remote,
-            gid,
-            close: None,
-        })
+        Ok(self.connected(qp, mr, cq, pd, &path, gid))
     }
 }

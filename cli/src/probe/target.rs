@@ -8,7 +8,7 @@
 //! one client and exit, so a target is kept in a loop (see `ferroce probe --help`) and
 //! [`Target::connect`] retries until the next one listens.
 
-use std::net::{Ipv6Addr, TcpStream};
+use std::net::{Ipv6Addr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use ferroce::transport::Mtu;
@@ -18,6 +18,14 @@ use super::runner::Remote;
 use crate::apps::oob;
 use crate::apps::perftest::exchange::{BwReport, Control, KeyMsg};
 use crate::apps::perftest::{CACHE_LINE, CYCLE_BUFFER};
+
+/// The buffer the probe announces to a target that reads from it (`reader` cases): the
+/// probe answers the READs itself, so the numbers only need to be recognisable.
+pub const PROBE_VA: u64 = 0x1_0000_0000;
+/// Its R_Key.
+pub const PROBE_RKEY: u32 = 0x5052_4f42;
+/// The READ a reading target sends: 2 packets at MTU 1024 (ib_read_bw -s 2048).
+pub const READ_LEN: usize = 2048;
 
 /// The probe's own QP as the target must learn it.
 #[derive(Debug, Clone, Copy)]
@@ -75,6 +83,9 @@ pub enum Via {
     ReadBw,
     /// `ib_atomic_bw` server (atomic rights on 8 bytes).
     AtomicBw,
+    /// `ib_read_bw` *client* connecting to the probe, which plays its server: the target
+    /// is the one sending RDMA READs (run it with `-s 2048 -m 1024`, in a loop).
+    ReadBwClient,
 }
 
 /// A target reached through a program's out-of-band TCP exchange.
@@ -93,6 +104,8 @@ pub struct OobTarget {
     /// How long to keep trying to connect (the target's next run may be starting).
     pub connect_wait: Duration,
     offers: Vec<Needs>,
+    /// Where a client target connects to (bound on first use).
+    listener: Option<TcpListener>,
 }
 
 impl OobTarget {
@@ -104,6 +117,7 @@ impl OobTarget {
             Via::WriteBw => (vec![Needs::Any, Needs::Write, Needs::NoRecv], 65536),
             Via::ReadBw => (vec![Needs::Any, Needs::Read, Needs::NoRecv], 65536),
             Via::AtomicBw => (vec![Needs::Any, Needs::Atomic, Needs::NoRecv], 8),
+            Via::ReadBwClient => (vec![Needs::Reader], 2048),
         };
         OobTarget {
             via,
@@ -113,6 +127,38 @@ impl OobTarget {
             size: size.unwrap_or(default_size),
             connect_wait: Duration::from_secs(20),
             offers,
+            listener: None,
+        }
+    }
+
+    /// Waits for the client target's next run to connect to the probe.
+    fn accept(&mut self) -> Result<TcpStream, String> {
+        if self.listener.is_none() {
+            let l = TcpListener::bind(("::", self.port))
+                .or_else(|_| TcpListener::bind(("0.0.0.0", self.port)))
+                .map_err(|e| format!("cannot listen on TCP port {}: {e}", self.port))?;
+            l.set_nonblocking(true).map_err(|e| e.to_string())?;
+            self.listener = Some(l);
+        }
+        let deadline = Instant::now() + self.connect_wait;
+        let l = self.listener.as_ref().ok_or("no listener")?;
+        loop {
+            match l.accept() {
+                Ok((s, _)) => {
+                    s.set_nonblocking(false).map_err(|e| e.to_string())?;
+                    return Ok(s);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(format!("accepting on port {}: {e}", self.port)),
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "no ib_read_bw client connected to port {} for {} s (is the target's client running, in a loop, pointed at this host?)",
+                    self.port,
+                    self.connect_wait.as_secs()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -152,6 +198,12 @@ impl Target for OobTarget {
             Via::WriteBw => "ib_write_bw",
             Via::ReadBw => "ib_read_bw",
             Via::AtomicBw => "ib_atomic_bw",
+            Via::ReadBwClient => {
+                return format!(
+                    "ib_read_bw client at {}, connecting to this host's port {}",
+                    self.host, self.port
+                )
+            }
         };
         format!("{prog} server at {}:{}", self.host, self.port)
     }
@@ -183,7 +235,12 @@ impl Target for OobTarget {
 
 impl OobTarget {
     fn exchange(&mut self, mine: Mine) -> Result<Connected, String> {
-        let stream = self.tcp()?;
+        let client_target = self.via == Via::ReadBwClient;
+        let stream = if client_target {
+            self.accept()?
+        } else {
+            self.tcp()?
+        };
         let timeout = Duration::from_secs(3);
         stream
             .set_read_timeout(Some(timeout))
@@ -216,7 +273,8 @@ impl OobTarget {
             });
         }
         let _ = stream.set_nodelay(true);
-        let mut ctl = Control::new(stream, true);
+        // The probe is perftest's client, or (a client target) its server.
+        let mut ctl = Control::new(stream, !client_target);
         let ex =
             |e: crate::apps::perftest::exchange::ExchangeError| format!("perftest exchange: {e}");
         ctl.versions().map_err(ex)?;
@@ -227,8 +285,9 @@ impl OobTarget {
             out_reads: 16,
             qpn: mine.qpn,
             psn: mine.psn,
-            rkey: 0,
-            vaddr: 0,
+            // What a client target reads from: the probe answers with whatever it likes.
+            rkey: if client_target { PROBE_RKEY } else { 0 },
+            vaddr: if client_target { PROBE_VA } else { 0 },
             gid: mine.gid,
             srqn: 0,
         };
