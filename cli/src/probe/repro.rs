@@ -99,7 +99,10 @@ impl Repro {
             })
             .map_err(e)?;
         }
-        Ok(())
+        // On disk before going on: the target may take this machine down next.
+        let mut file = w.into_inner();
+        std::io::Write::flush(&mut file)?;
+        file.get_ref().sync_all()
     }
 
     /// The frames the probe sent (the ones a replay sends again).

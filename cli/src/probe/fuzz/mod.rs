@@ -533,16 +533,25 @@ pub fn run(
         }
         report.rounds += 1;
         let mut described = Vec::new();
+        let round = report.rounds;
         let a = fz.attempt(&mut |peer, remote| {
             let specs = gen.round(remote, peer.qpn, &offers, opts.max_packets);
-            specs
+            let frames: Vec<Vec<u8>> = specs
                 .iter()
                 .filter_map(|s| {
                     let f = mutate::build(peer, s)?;
                     described.push(mutate::describe(s));
                     Some(f)
                 })
-                .collect()
+                .collect();
+            journal(
+                opts,
+                round,
+                &conn_info(remote, peer.qpn),
+                &frames,
+                &described,
+            );
+            frames
         });
         report.packets += a.sent.len() as u64;
         if let Some(symptom) = a.symptom.clone() {
@@ -583,6 +592,35 @@ pub fn run(
     report.connections = fz.connections;
     report.transient = fz.transient;
     Ok(report)
+}
+
+/// The round about to be sent, on disk before it leaves (`OUT/in-flight.pcapng`): if the
+/// target takes the probe down with it (a kernel stack panicking the machine both run
+/// on), the round that did it is there to replay.
+fn journal(
+    opts: &FuzzOptions,
+    round: u64,
+    conn: &ConnInfo,
+    frames: &[Vec<u8>],
+    described: &[String],
+) {
+    let repro = Repro {
+        conn: *conn,
+        finding: format!(
+            "in flight: round {round} of seed {} ({})",
+            opts.seed,
+            described.join("; ")
+        ),
+        via: opts.via.clone(),
+        frames: frames.iter().map(|f| (Dir::Out, f.clone())).collect(),
+    };
+    let path = opts.out_dir.join("in-flight.pcapng");
+    let written = repro
+        .write(&path)
+        .and_then(|()| std::fs::File::open(&path)?.sync_all());
+    if let Err(e) = written {
+        tracing::warn!(error = %e, path = %path.display(), "cannot write the in-flight round");
+    }
 }
 
 /// After a symptom: waits for the target to come back, cuts the round down to the

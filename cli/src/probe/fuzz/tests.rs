@@ -104,6 +104,10 @@ fn a_healthy_target_yields_no_findings() {
         count("rcvd_seq_err") + count("rx_bad_state") + count("rx_malformed") > 0,
         "{counters:?}"
     );
+    // The last round is on disk before it was sent (what a crash leaves behind).
+    let last = Repro::read(&dir.join("in-flight.pcapng")).unwrap();
+    assert!(last.finding.starts_with("in flight: round 150 of seed 1"), "{}", last.finding);
+    assert!(!last.sent().is_empty());
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
