@@ -186,3 +186,23 @@ fn conformance_diff_against_itself_finds_nothing() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("diff: 0 cases differ"), "{text}");
 }
+
+/// The one packet that panics Linux 6.1 rxe's kernel (found by `probe fuzz`, kept in
+/// tests/probe/findings): replayed to ferroce, it draws an invalid-request NAK and ferroce
+/// stays healthy.
+#[test]
+fn the_rxe_killer_packet_is_refused_by_ferroce() {
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/probe/findings/rxe-6.1-write-first-zero-length.pcapng"
+    );
+    let out = ferroce(&["probe", "replay", file, "local"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("(1 packets)"), "{text}");
+    assert!(
+        text.contains("answer RC_ACKNOWLEDGE NAK(InvalidRequest) psn=first+0"),
+        "{text}"
+    );
+    assert!(text.contains("target healthy"), "{text}");
+}

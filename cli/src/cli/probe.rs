@@ -107,6 +107,10 @@ pub struct ConformanceArgs {
     /// same options) and report where the two answer differently.
     #[arg(long, value_name = "TARGET2")]
     pub diff: Option<String>,
+    /// Also run the cases known to crash the stack named by --stack (they are skipped
+    /// otherwise).
+    #[arg(long)]
+    pub include_crashing: bool,
     /// Print only the table, not each case's transcript.
     #[arg(short = 'q', long)]
     pub quiet: bool,
@@ -265,6 +269,7 @@ fn conformance(a: ConformanceArgs) -> Result<ExitCode, CliError> {
     let opts = SuiteOptions {
         pcap_dir: a.pcap.clone(),
         stack: stack_of(&a.stack, &name),
+        include_crashing: a.include_crashing,
     };
     let quiet = a.quiet;
     let outcomes = run_suite(&cases, target.as_mut(), &link, addr, &opts, &mut |c, o| {
@@ -295,6 +300,7 @@ fn conformance(a: ConformanceArgs) -> Result<ExitCode, CliError> {
         let opts2 = SuiteOptions {
             pcap_dir: None,
             stack: stack_of(&None, n2),
+            include_crashing: a.include_crashing,
         };
         let other = run_suite(&cases, t2.as_mut(), link2, *addr2, &opts2, &mut |_, _| {});
         writeln!(out)?;

@@ -105,6 +105,10 @@ struct CaseDef {
     /// A known, explained deviation of a stack: `{ rxe = "why, with a source citation" }`.
     #[serde(default)]
     known: std::collections::BTreeMap<String, String>,
+    /// Stacks the case is known to crash (`{ rxe = "the oops, the source" }`): skipped
+    /// for them unless asked for.
+    #[serde(default)]
+    crashes: std::collections::BTreeMap<String, String>,
     steps: Vec<StepDef>,
 }
 
@@ -167,6 +171,8 @@ pub struct Case {
     pub needs: Needs,
     /// Known, explained deviations by stack name (`rxe`, `ferroce`).
     pub known: Vec<(String, String)>,
+    /// Stacks this case is known to crash, with the evidence.
+    pub crashes: Vec<(String, String)>,
     /// The steps in order.
     pub steps: Vec<Step>,
 }
@@ -363,6 +369,7 @@ fn load_case(c: CaseDef) -> Result<Case, String> {
         cite: c.cite,
         needs: c.needs,
         known: c.known.into_iter().collect(),
+        crashes: c.crashes.into_iter().collect(),
         steps,
     })
 }

@@ -36,6 +36,8 @@ pub struct SuiteOptions {
     /// The target's stack (`rxe`, `ferroce`, ...): deviations a case documents for it are
     /// reported as KNOWN instead of FAIL.
     pub stack: Option<String>,
+    /// Also run the cases known to crash that stack.
+    pub include_crashing: bool,
 }
 
 /// Runs `cases` one by one, each on a fresh connection to `target`; `progress` sees each
@@ -72,6 +74,15 @@ fn run_one(
         failed_step: None,
         answers: Vec::new(),
     };
+    if let Some(stack) = &opts.stack {
+        if let Some((_, why)) = case.crashes.iter().find(|(s, _)| s == stack) {
+            if !opts.include_crashing {
+                return early(Verdict::Skip(format!(
+                    "known to crash {stack} (--include-crashing runs it): {why}"
+                )));
+            }
+        }
+    }
     if !target.offers().contains(&case.needs) {
         return early(Verdict::Skip(format!(
             "needs a target with {} rights/behaviour",

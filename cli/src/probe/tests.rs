@@ -147,3 +147,29 @@ fn missing_capabilities_skip_and_pcaps_hold_both_directions() {
     assert_eq!(ops[1], ferroce_wire::Opcode::RC_ACKNOWLEDGE);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A case known to crash a stack is skipped for it, saying why, unless asked for; other
+/// stacks run it (ferroce NAKs the zero-length WRITE that panics rxe's kernel).
+#[test]
+fn cases_known_to_crash_a_stack_are_skipped_for_it() {
+    let c: Vec<Case> = cases::builtin()
+        .into_iter()
+        .filter(|c| c.name == "write-first-zero-length")
+        .collect();
+    assert_eq!(c.len(), 1);
+    let o = run_as(&c, Some("rxe"));
+    assert!(
+        matches!(&o[0].verdict, Verdict::Skip(why) if why.contains("known to crash rxe")),
+        "{:?}",
+        o[0].verdict
+    );
+    assert_eq!(run_as(&c, None)[0].verdict, Verdict::Pass);
+    let (mut target, link, addr) = LocalTarget::new().unwrap();
+    let opts = SuiteOptions {
+        stack: Some("rxe".into()),
+        include_crashing: true,
+        ..Default::default()
+    };
+    let o = run_suite(&c, &mut target, &link, addr, &opts, &mut |_, _| {});
+    assert_eq!(o[0].verdict, Verdict::Pass);
+}

@@ -106,7 +106,11 @@ fn a_healthy_target_yields_no_findings() {
     );
     // The last round is on disk before it was sent (what a crash leaves behind).
     let last = Repro::read(&dir.join("in-flight.pcapng")).unwrap();
-    assert!(last.finding.starts_with("in flight: round 150 of seed 1"), "{}", last.finding);
+    assert!(
+        last.finding.starts_with("in flight: round 150 of seed 1"),
+        "{}",
+        last.finding
+    );
     assert!(!last.sent().is_empty());
     std::fs::remove_dir_all(&dir).unwrap();
 }
