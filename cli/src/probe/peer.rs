@@ -88,6 +88,34 @@ impl std::fmt::Display for Reply {
     }
 }
 
+impl Reply {
+    /// The answer without the connection's own numbers: opcode, syndrome, and (for
+    /// responses) the PSN relative to `epsn`, the probe's first PSN — comparable across
+    /// connections and targets (`--diff`).
+    pub fn describe(&self, epsn: u32) -> String {
+        let mut t = self.opcode.name().to_string();
+        if let Some(s) = self.syndrome {
+            t.push(' ');
+            t.push_str(&syndrome_name(s));
+        }
+        if self.opcode.info().is_response() {
+            let d = self.psn.wrapping_sub(epsn) & ferroce_wire::Psn::MASK;
+            if d < 1 << 23 {
+                t.push_str(&format!(" psn=first+{d}"));
+            } else {
+                t.push_str(&format!(" psn=first-{}", (1 << 24) - d));
+            }
+        }
+        if self.payload_len > 0 {
+            t.push_str(&format!(" len={}", self.payload_len));
+        }
+        if !self.icrc_ok {
+            t.push_str(" BAD-ICRC");
+        }
+        t
+    }
+}
+
 /// A short name for an AETH syndrome.
 pub fn syndrome_name(s: Syndrome) -> String {
     match s {

@@ -642,7 +642,7 @@ impl Run<'_> {
         loop {
             let r = self.peer.recv(deadline).map_err(|e| e.to_string())?;
             if let Some(r) = &r {
-                let a = super::fuzz::describe_answer(r, &self.remote);
+                let a = r.describe(self.remote.epsn);
                 self.answers.push(a);
             }
             match r {

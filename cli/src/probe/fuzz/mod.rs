@@ -266,7 +266,7 @@ impl<'a> Fuzzer<'a> {
         let deadline = Instant::now() + Duration::from_millis(self.answer_ms);
         let undecodable = peer.undecodable;
         while let Ok(Some(r)) = peer.recv(deadline) {
-            answers.push(describe_answer(&r, &remote));
+            answers.push(r.describe(remote.epsn));
             if !r.icrc_ok && symptom.is_none() {
                 symptom = Some(Symptom {
                     kind: FindingKind::MalformedAnswer,
@@ -410,32 +410,6 @@ pub fn conn_info(r: &Remote, pqpn: u32) -> ConnInfo {
         rkey: r.rkey,
         pqpn,
     }
-}
-
-/// An answer described without the connection's own numbers: opcode, syndrome, PSN
-/// relative to the probe's first PSN (responses) — comparable across connections and
-/// targets.
-pub fn describe_answer(r: &super::peer::Reply, remote: &Remote) -> String {
-    let mut t = r.opcode.name().to_string();
-    if let Some(s) = r.syndrome {
-        t.push(' ');
-        t.push_str(&super::peer::syndrome_name(s));
-    }
-    if r.opcode.info().is_response() {
-        let d = r.psn.wrapping_sub(remote.epsn) & Psn::MASK;
-        if d < 1 << 23 {
-            t.push_str(&format!(" psn=first+{d}"));
-        } else {
-            t.push_str(&format!(" psn=first-{}", (1 << 24) - d));
-        }
-    }
-    if r.payload_len > 0 {
-        t.push_str(&format!(" len={}", r.payload_len));
-    }
-    if !r.icrc_ok {
-        t.push_str(" BAD-ICRC");
-    }
-    t
 }
 
 /// One line for a frame the probe sent, decoded as far as it goes.
