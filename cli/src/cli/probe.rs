@@ -437,8 +437,21 @@ fn replay(a: ReplayArgs) -> Result<ExitCode, CliError> {
     if !repro.finding.is_empty() {
         println!("  recorded finding: {}", repro.finding);
     }
-    for f in &sent {
-        println!("  sent (as recorded) {}", fuzz::describe_frame(f));
+    // Each frame as `ferroce decode` shows it.
+    for (i, f) in sent.iter().enumerate() {
+        use ferroce_cli::decode::{classify, summarize, Classified};
+        let frame = ferroce::capture::CapturedFrame {
+            index: i + 1,
+            timestamp: Duration::ZERO,
+            link: ferroce::capture::LinkType::Ethernet,
+            data: f.clone(),
+        };
+        let line = match classify(&frame) {
+            Classified::Roce(d) => summarize(&frame, &d).line,
+            Classified::Corrupt(e) => format!("{:>5} CORRUPT {e}", i + 1),
+            Classified::Other => format!("{:>5} not a RoCE v2 frame", i + 1),
+        };
+        println!("  sent (as recorded) {line}");
     }
     let run = |target_name: &str, kmsg: bool| -> Result<(String, fuzz::Attempt), CliError> {
         let (mut target, link, addr) = open_target(&a.t, target_name)?;

@@ -261,9 +261,7 @@ pub fn rebase(frame: &[u8], from: &ConnInfo, to: &ConnInfo, addr: &Addressing) -
             }
         }
     }
-    if v4 {
-        ipv4_checksum(&mut f[ip_off..ip_off + ihl.min(60)]);
-    }
+    ferroce_wire::ipv4::fill_header_checksum(&mut f[ip_off..]);
     if let Some(err) = icrc_error {
         if let Some(c) = icrc_of(&f[ip_off..]) {
             let n = f.len();
@@ -292,23 +290,6 @@ fn trailer(ip_packet: &[u8]) -> Option<u32> {
 fn icrc_of(ip_packet: &[u8]) -> Option<u32> {
     let n = ip_packet.len().checked_sub(4)?;
     icrc::compute(&ip_packet[..n]).ok()
-}
-
-/// Recomputes an IPv4 header's checksum.
-fn ipv4_checksum(h: &mut [u8]) {
-    if h.len() < 20 {
-        return;
-    }
-    h[10] = 0;
-    h[11] = 0;
-    let mut sum: u32 = h
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
 }
 
 #[cfg(test)]

@@ -19,7 +19,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferroce::link::Link;
-use ferroce_wire::frame::Frame;
 use ferroce_wire::{Opcode, Psn};
 
 use super::cases::{self, Case, Needs};
@@ -409,30 +408,6 @@ pub fn conn_info(r: &Remote, pqpn: u32) -> ConnInfo {
         va: r.va,
         rkey: r.rkey,
         pqpn,
-    }
-}
-
-/// One line for a frame the probe sent, decoded as far as it goes.
-pub fn describe_frame(frame: &[u8]) -> String {
-    match Frame::parse(frame) {
-        Ok(f) => {
-            let ib = f.ib();
-            let bth = ib.bth();
-            let mut t = format!(
-                "{} psn={:#08x} qp={:#x}",
-                ib.opcode().name(),
-                bth.psn().value(),
-                bth.dest_qp()
-            );
-            if !ib.payload().is_empty() {
-                t.push_str(&format!(" len={}", ib.payload().len()));
-            }
-            if !f.icrc_ok() {
-                t.push_str(" BAD-ICRC");
-            }
-            t
-        }
-        Err(e) => format!("{} bytes, not a valid RoCE frame ({e})", frame.len()),
     }
 }
 
