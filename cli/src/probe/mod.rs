@@ -89,24 +89,10 @@ fn run_one(
             case.needs.name()
         )));
     }
-    let qpn = pick_qpn(link.as_ref());
-    let mut peer = Peer::new(link.clone(), addr, qpn);
-    let mine = Mine {
-        qpn,
-        psn: random24(),
-        gid: peer.gid(),
-    };
-    let connected = match target.connect(mine, case.needs) {
+    let (mut peer, connected) = match connect_fresh(target, link, addr, case.needs) {
         Ok(c) => c,
         Err(e) => return early(Verdict::Error(e)),
     };
-    if ferroce::net::gid::addr_of(connected.gid) != addr.target_ip {
-        return early(Verdict::Error(format!(
-            "the target's GID {} is not at {} (use the target's RoCE address)",
-            connected.gid, addr.target_ip
-        )));
-    }
-    let _ = peer.drain();
     let mut o = runner::run_case(case, &mut peer, connected.remote);
     if let Some(close) = connected.close {
         close();
@@ -129,6 +115,33 @@ fn run_one(
         }
     }
     o
+}
+
+/// A fresh QP of the target connected to a fresh raw endpoint of the probe (what each
+/// case, fuzz round and health check starts from); answers left over from an earlier
+/// connection are drained.
+pub(crate) fn connect_fresh(
+    target: &mut dyn Target,
+    link: &Arc<dyn Link>,
+    addr: Addressing,
+    needs: cases::Needs,
+) -> Result<(Peer, target::Connected), String> {
+    let qpn = pick_qpn(link.as_ref());
+    let mut peer = Peer::new(link.clone(), addr, qpn);
+    let mine = Mine {
+        qpn,
+        psn: random24(),
+        gid: peer.gid(),
+    };
+    let connected = target.connect(mine, needs)?;
+    if ferroce::net::gid::addr_of(connected.gid) != addr.target_ip {
+        return Err(format!(
+            "the target's GID {} is not at {} (use the target's RoCE address)",
+            connected.gid, addr.target_ip
+        ));
+    }
+    let _ = peer.drain();
+    Ok((peer, connected))
 }
 
 /// A QP number the link delivers to this process: on a shared interface, in a block this

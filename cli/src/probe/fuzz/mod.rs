@@ -25,7 +25,7 @@ use super::cases::{self, Case, Needs};
 use super::peer::{Addressing, Dir, Peer};
 use super::repro::{rebase, ConnInfo, Repro};
 use super::runner::{self, Remote, Verdict};
-use super::target::{Mine, Target};
+use super::target::Target;
 
 /// How a fuzz run goes.
 #[derive(Debug, Clone)]
@@ -219,15 +219,7 @@ impl<'a> Fuzzer<'a> {
     /// Connects a fresh QP of the target to a fresh one of the probe.
     fn connect(&mut self) -> Result<(Peer, Remote, Option<Closer>), String> {
         self.connections += 1;
-        let qpn = super::pick_qpn(self.link.as_ref());
-        let mut peer = Peer::new(self.link.clone(), self.addr, qpn);
-        let mine = Mine {
-            qpn,
-            psn: super::random24(),
-            gid: peer.gid(),
-        };
-        let c = self.target.connect(mine, Needs::Any)?;
-        let _ = peer.drain();
+        let (peer, c) = super::connect_fresh(self.target, &self.link, self.addr, Needs::Any)?;
         Ok((peer, c.remote, c.close))
     }
 
