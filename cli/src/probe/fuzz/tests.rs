@@ -74,18 +74,20 @@ fn temp_dir(name: &str) -> std::path::PathBuf {
     d
 }
 
-/// ferroce itself survives 150 rounds with every check right: no finding, no transient
-/// failure (a false positive here would make every finding against another stack
-/// doubtful).
-#[test]
-fn a_healthy_target_yields_no_findings() {
-    let dir = temp_dir("healthy");
-    let (mut target, link, addr) = LocalTarget::new().unwrap();
+/// A fuzz run of `rounds` rounds against `target` that must find nothing: the totals.
+fn run_clean(
+    target: &mut dyn Target,
+    link: Arc<dyn Link>,
+    addr: crate::probe::peer::Addressing,
+    dir: &std::path::Path,
+    rounds: u64,
+    seed: u64,
+) -> FuzzReport {
     let r = run(
-        &mut target,
+        target,
         link,
         addr,
-        &options(&dir, 150, 1),
+        &options(dir, rounds, seed),
         mutate::builtin_templates(),
         None,
         &mut |_| {},
@@ -93,6 +95,17 @@ fn a_healthy_target_yields_no_findings() {
     .unwrap();
     let found: Vec<String> = r.findings.iter().map(finding_text).collect();
     assert!(found.is_empty(), "{found:#?}");
+    r
+}
+
+/// ferroce itself survives 150 rounds with every check right: no finding, no transient
+/// failure (a false positive here would make every finding against another stack
+/// doubtful).
+#[test]
+fn a_healthy_target_yields_no_findings() {
+    let dir = temp_dir("healthy");
+    let (mut target, link, addr) = LocalTarget::new().unwrap();
+    let r = run_clean(&mut target, link, addr, &dir, 150, 1);
     assert_eq!(r.rounds, 150);
     assert!(r.packets >= 150);
     assert_eq!(r.transient, 0);
@@ -281,18 +294,7 @@ fn pingpong_targets_are_checked_with_sends() {
     let (local, link, addr) = LocalTarget::new().unwrap();
     let mut target = PingpongLike(local);
     assert_eq!(check_case(target.offers()).name, "check-send");
-    let r = run(
-        &mut target,
-        link,
-        addr,
-        &options(&dir, 15, 4),
-        mutate::builtin_templates(),
-        None,
-        &mut |_| {},
-    )
-    .unwrap();
-    let found: Vec<String> = r.findings.iter().map(finding_text).collect();
-    assert!(found.is_empty(), "{found:#?}");
+    let r = run_clean(&mut target, link, addr, &dir, 15, 4);
     assert_eq!((r.rounds, r.transient), (15, 0));
     std::fs::remove_dir_all(&dir).unwrap();
 }
