@@ -659,7 +659,7 @@ impl Run<'_> {
 }
 
 /// Where packet `i` of `n` sits in its message.
-fn position_of(i: u32, n: u32) -> Position {
+pub(crate) fn position_of(i: u32, n: u32) -> Position {
     match (n, i) {
         (1, _) => Position::Only,
         (_, 0) => Position::First,

@@ -259,12 +259,7 @@ impl Gen {
             Operation::Send | Operation::RdmaWrite => {
                 let n = len.div_ceil(mtu).max(1);
                 for i in 0..n {
-                    let pos = match (n, i) {
-                        (1, _) => Position::Only,
-                        (_, 0) => Position::First,
-                        (_, i) if i + 1 == n => Position::Last,
-                        _ => Position::Middle,
-                    };
+                    let pos = super::super::runner::position_of(i as u32, n as u32);
                     let opcode = Opcode::lookup(Service::Rc, op, pos, false, false)
                         .unwrap_or(Opcode::RC_SEND_ONLY);
                     let plen = (len - (i * mtu).min(len)).min(mtu);
