@@ -206,3 +206,58 @@ fn the_rxe_killer_packet_is_refused_by_ferroce() {
     );
     assert!(text.contains("target healthy"), "{text}");
 }
+
+/// `probe cut` turns the whole fuzz round that panicked rxe (five packets, as journaled
+/// in flight) into its first packet alone, which replays as the one-packet reproducer does.
+#[test]
+fn cut_keeps_the_packets_named() {
+    let dir = temp_dir("cut");
+    let round = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/probe/findings/rxe-6.1-write-first-zero-length-round173.pcapng"
+    );
+    let small = dir.join("first.pcapng");
+    let out = ferroce(&[
+        "probe",
+        "cut",
+        round,
+        "--keep",
+        "1",
+        "-o",
+        small.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("cut: 1 packets of"), "{text}");
+    let out = ferroce(&["probe", "replay", small.to_str().unwrap(), "local"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("(1 packets)"), "{text}");
+    assert!(text.contains("[packets 1 of 5]"), "{text}");
+    assert!(text.contains("RC_RDMA_WRITE_FIRST"), "{text}");
+    assert!(
+        text.contains("answer RC_ACKNOWLEDGE NAK(InvalidRequest) psn=first+0"),
+        "{text}"
+    );
+    // A packet the file does not have: a one-line usage error.
+    let out = ferroce(&[
+        "probe",
+        "cut",
+        round,
+        "--keep",
+        "6",
+        "-o",
+        small.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("there is no sent packet 6 (the file has 5)"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

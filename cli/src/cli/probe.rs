@@ -49,6 +49,9 @@ pub enum ProbeCommand {
     /// Send a reproducer's packets again, on a new connection, and check the target.
     #[command(after_long_help = REPLAY_HELP)]
     Replay(ReplayArgs),
+    /// Keep only some of a reproducer's packets, in a new file (no target needed).
+    #[command(after_long_help = CUT_HELP)]
+    Cut(CutArgs),
 }
 
 /// How the probe reaches its target (shared by every `probe` command).
@@ -171,11 +174,30 @@ pub struct ReplayArgs {
     pub kmsg: bool,
 }
 
+#[derive(Debug, clap::Args)]
+pub struct CutArgs {
+    /// A reproducer written by `ferroce probe fuzz` (pcapng).
+    pub file: PathBuf,
+    /// The sent packets to keep, numbered from 1 as `ferroce probe replay` lists them.
+    #[arg(long, value_delimiter = ',', required = true, value_name = "N,N..")]
+    pub keep: Vec<usize>,
+    /// The new reproducer.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: PathBuf,
+}
+
+const CUT_HELP: &str = "\
+For findings the fuzzer could not cut down itself: a round that panicked the machine the
+target runs on (tests/probe/campaign.sh replays the cut files in fresh VMs), or by hand.
+  ferroce probe cut in-flight.pcapng --keep 1,3 -o smaller.pcapng
+  ferroce probe replay smaller.pcapng --via write-bw TARGET";
+
 pub fn run(c: ProbeCommand) -> Result<ExitCode, CliError> {
     match c {
         ProbeCommand::Conformance(a) => conformance(a),
         ProbeCommand::Fuzz(a) => fuzz(a),
         ProbeCommand::Replay(a) => replay(a),
+        ProbeCommand::Cut(a) => cut(a),
     }
 }
 
@@ -504,6 +526,20 @@ fn replay(a: ReplayArgs) -> Result<ExitCode, CliError> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+fn cut(a: CutArgs) -> Result<ExitCode, CliError> {
+    use ferroce_cli::probe::repro::Repro;
+    let cut = Repro::read(&a.file)?.cut(&a.keep)?;
+    cut.write(&a.output)
+        .map_err(|e| format!("cannot write '{}': {e}", a.output.display()))?;
+    println!(
+        "cut: {} packets of {} -> {}",
+        cut.frames.len(),
+        a.file.display(),
+        a.output.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Opens the interface and finds the addresses: the probe's (its GID index), the target's

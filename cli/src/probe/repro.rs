@@ -114,6 +114,36 @@ impl Repro {
             .collect()
     }
 
+    /// A reproducer with only the sent frames numbered in `keep` (1-based, in the order
+    /// [`Repro::sent`] lists them; received frames are dropped, as they belonged to the
+    /// whole exchange). For cutting a reproducer down by hand or by a harness that must
+    /// reboot the target between tries (a kernel panic cannot be minimized in-process).
+    pub fn cut(&self, keep: &[usize]) -> Result<Repro, String> {
+        let sent = self.sent();
+        let mut frames = Vec::with_capacity(keep.len());
+        for &k in keep {
+            let f = k.checked_sub(1).and_then(|i| sent.get(i)).ok_or_else(|| {
+                format!("there is no sent packet {k} (the file has {})", sent.len())
+            })?;
+            frames.push((Dir::Out, f.clone()));
+        }
+        if frames.is_empty() {
+            return Err("keep at least one packet".into());
+        }
+        let list: Vec<String> = keep.iter().map(|k| k.to_string()).collect();
+        Ok(Repro {
+            conn: self.conn,
+            finding: format!(
+                "{} [packets {} of {}]",
+                self.finding,
+                list.join(","),
+                sent.len()
+            ),
+            via: self.via.clone(),
+            frames,
+        })
+    }
+
     /// Reads a reproducer written by [`Repro::write`].
     pub fn read(path: &Path) -> Result<Repro, String> {
         let file =
@@ -401,5 +431,27 @@ mod tests {
         let e = Repro::read(&dir.join("nope")).unwrap_err();
         assert!(e.contains("cannot open"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn cutting_keeps_the_named_sent_packets_in_the_given_order() {
+        let r = Repro {
+            conn: ConnInfo::default(),
+            finding: "kernel-log: BUG".into(),
+            via: "write-bw".into(),
+            frames: vec![
+                (Dir::Out, vec![1]),
+                (Dir::In, vec![9]),
+                (Dir::Out, vec![2]),
+                (Dir::Out, vec![3]),
+            ],
+        };
+        let c = r.cut(&[3, 1]).unwrap();
+        assert_eq!(c.frames, vec![(Dir::Out, vec![3]), (Dir::Out, vec![1])]);
+        assert_eq!(c.finding, "kernel-log: BUG [packets 3,1 of 3]");
+        assert_eq!(c.conn, r.conn);
+        assert!(r.cut(&[4]).unwrap_err().contains("no sent packet 4"));
+        assert!(r.cut(&[0]).is_err());
+        assert!(r.cut(&[]).is_err());
     }
 }
