@@ -23,7 +23,10 @@
 #           rdma-core's own test suite on rxe and on ferroce's libibverbs, side by side:
 #           a FAIL where a test passes on rxe and fails on ferroce (tests/interop/rxe_rdma_core.sh);
 #           `ferroce probe conformance` and a short `ferroce probe fuzz` against Debian's
-#           programs on rxe (tests/probe/conformance.sh rxe, tests/probe/fuzz.sh rxe)
+#           programs on rxe (tests/probe/conformance.sh rxe, tests/probe/fuzz.sh rxe); in
+#           fresh VMs, the rxe kernel panic that probe fuzz found, cut down from its round
+#           again (tests/probe/campaign.sh minimize; never on a host with rdma_rxe); the
+#           campaign harness's bookkeeping with a stand-in VM (tests/probe/campaign-test.sh)
 # Each runs on this host when its kernel has what it needs (netem; sch_red; rdma_rxe) and otherwise
 # inside the rxe VM (Debian's Linux 6.1 under qemu, TCG when there is no KVM), where both
 # share one boot.
@@ -96,6 +99,8 @@ if (cd "$root" && cargo build --release --quiet -p ferroce-ibverbs --lib); then
 else
   echo "FAIL libibverbs: cargo build --release -p ferroce-ibverbs failed" | tee "$out/libibverbs.txt"
 fi
+echo "[system] the rxe fuzz campaign's bookkeeping (a stand-in VM that panics)"
+bash "$here/probe/campaign-test.sh" "$bin" | tee "$out/probe-campaign.txt"
 if host_has_red && modprobe macvlan 2>/dev/null; then
   echo "[system] dcqcn test on this host"
   OUT=$out bash "$here/dcqcn/run.sh" "$bin" "$(dirname "$bin")/examples/dcqcn_report" | tee "$out/dcqcn.txt"
@@ -124,6 +129,19 @@ if [ -n "$vm_parts" ]; then
   "$here/interop/rxe-vm/run.sh" --timeout 3000 "$here/interop/guest.sh" "$out/vm" "$here" "$bin" "$mode" "$vm_parts" "$libdir" >"$out/vm.log" 2>&1
   echo "[system] VM run: exit $?, $(( $(date +%s) - t0 )) s"
   grep -E '^(=====|PASS|FAIL|    |interop:|netns:|perftest:|rxe-libibverbs:|rdma-core-rxe:|probe-rxe:|probe-fuzz-rxe:|\||dcqcn:|rxe0|tc |counters:)' "$out/vm/console.log" | tee "$out/vm.txt"
+fi
+if [ -n "$vm_parts" ] && ! host_has_rxe; then
+  # Never on a host with rdma_rxe: the packet panics the kernel it reaches.
+  echo "[system] the rxe kernel panic found by probe fuzz, cut down again in fresh VMs"
+  crash=$here/probe/findings/rxe-6.1-write-first-zero-length-round173.pcapng
+  bash "$here/probe/campaign.sh" minimize "$bin" "$crash" write-bw "$out/vm-crash" >"$out/vm-crash.log" 2>&1
+  if grep -q '^minimal: crash reproduced with packets 1 of 5' "$out/vm-crash.log" &&
+     grep -q 'panics the VM: BUG: kernel NULL pointer dereference @ rxe_mr_copy' "$out/vm-crash.log"; then
+    echo "PASS probe-crash-rxe: $(grep -m1 'panics the VM' "$out/vm-crash.log" | sed 's/.*: BUG/BUG/'), cut to packet 1 of 5" | tee "$out/probe-crash.txt"
+  else
+    echo "FAIL probe-crash-rxe: the recorded round did not panic rxe and cut down to its first packet" | tee "$out/probe-crash.txt"
+    sed 's/^/    /' "$out/vm-crash.log" | tail -12 | tee -a "$out/probe-crash.txt"
+  fi
 fi
 passed=$(cat "$out"/*.txt 2>/dev/null | grep -cE '^PASS ')
 failed=$(cat "$out"/*.txt 2>/dev/null | grep -cE '^FAIL ')
