@@ -47,7 +47,7 @@ probe_setup() {
       case $1 in
         pingpong) echo "timeout 20 $F rc-pingpong -d probe-vb -n 1 -m 1024" ;;
         read-bw-client) echo "timeout 30 $F perf read-bw -d probe-vb -m 1024 -s 2048 -n 5 -t 1 $PIP" ;;
-        *) echo "timeout 60 $F perf $1 -d probe-vb -m 1024" ;;
+        *) echo "timeout 60 $F perf $1 -d probe-vb -m 1024 --dcqcn" ;;
       esac
     }
     trap cleanup EXIT

@@ -146,6 +146,7 @@ struct StepDef {
     icrc: Option<String>,
     truncate: Option<usize>,
     udp_dport: Option<u16>,
+    ecn: Option<u8>,
     repeat: Option<u32>,
     /// Payload bytes are `offset ^ fill` (send: what is written; READ_RESPONSE: what must
     /// come back).
@@ -262,6 +263,8 @@ pub struct Send {
     pub truncate: usize,
     /// UDP destination port (default 4791).
     pub udp_dport: Option<u16>,
+    /// The IP ECN field of every packet (3: Congestion Experienced).
+    pub ecn: Option<u8>,
     /// Send the same packets this many times.
     pub repeat: u32,
     /// Payload byte at message offset `o` is `o ^ fill` (low 8 bits; default 0x5a).
@@ -295,6 +298,11 @@ pub enum ExpectKind {
     Request,
     /// No packet at all for `within_ms`.
     Nothing,
+    /// A congestion notification packet to the probe's QP (RoCE v2 annex A17), for a
+    /// request that arrived marked Congestion Experienced. Answers that come before it
+    /// are kept for the steps after; once a case has sent a marked packet, the other
+    /// steps pass over CNPs.
+    Cnp,
 }
 
 /// An expect step.
@@ -348,6 +356,10 @@ const BUILTIN: &[(&str, &str)] = &[
     ("malformed.toml", include_str!("../../probe/malformed.toml")),
     ("requester.toml", include_str!("../../probe/requester.toml")),
     ("reader.toml", include_str!("../../probe/reader.toml")),
+    (
+        "congestion.toml",
+        include_str!("../../probe/congestion.toml"),
+    ),
 ];
 
 fn load_case(c: CaseDef) -> Result<Case, String> {
@@ -392,6 +404,9 @@ fn load_step(s: StepDef, saved: &mut BTreeSet<String>) -> Result<Step, String> {
                 );
             }
             let kind = send_kind(op)?;
+            if s.ecn.is_some_and(|e| e > 3) {
+                return Err("ecn is the IP header's two-bit ECN field: 0 to 3".into());
+            }
             if let Some(syn) = &s.syndrome {
                 syndrome_byte(syn, 0)?;
             }
@@ -424,14 +439,20 @@ fn load_step(s: StepDef, saved: &mut BTreeSet<String>) -> Result<Step, String> {
                 bad_icrc,
                 truncate: s.truncate.unwrap_or(0),
                 udp_dport: s.udp_dport,
+                ecn: s.ecn,
                 repeat: s.repeat.unwrap_or(1).max(1),
                 fill: s.fill,
             }))
         }
         (None, Some(what), None) => {
             let kind = expect_kind(what)?;
-            if s.len.is_some() || s.va.is_some() || s.rkey.is_some() || s.opcode.is_some() {
-                return Err("len, va, rkey and opcode belong to send steps".into());
+            if s.len.is_some()
+                || s.va.is_some()
+                || s.rkey.is_some()
+                || s.opcode.is_some()
+                || s.ecn.is_some()
+            {
+                return Err("len, va, rkey, opcode and ecn belong to send steps".into());
             }
             if s.fill.is_some() && kind != ExpectKind::ReadResponse {
                 return Err("fill belongs to send steps and READ_RESPONSE".into());
@@ -500,9 +521,10 @@ fn expect_kind(name: &str) -> Result<ExpectKind, String> {
         "ATOMIC_ACK" => ExpectKind::AtomicAck,
         "REQUEST" => ExpectKind::Request,
         "NOTHING" => ExpectKind::Nothing,
+        "CNP" => ExpectKind::Cnp,
         _ => {
             return Err(format!(
-                "expect = '{name}': one of ACK, NAK_PSN_SEQ, NAK_INVALID_REQUEST, NAK_REMOTE_ACCESS, NAK_REMOTE_OP, NAK, RNR_NAK, READ_RESPONSE, ATOMIC_ACK, REQUEST, NOTHING"
+                "expect = '{name}': one of ACK, NAK_PSN_SEQ, NAK_INVALID_REQUEST, NAK_REMOTE_ACCESS, NAK_REMOTE_OP, NAK, RNR_NAK, READ_RESPONSE, ATOMIC_ACK, REQUEST, CNP, NOTHING"
             ))
         }
     })
@@ -540,6 +562,7 @@ impl ExpectKind {
             ExpectKind::AtomicAck => "ATOMIC_ACK",
             ExpectKind::Request => "REQUEST",
             ExpectKind::Nothing => "NOTHING",
+            ExpectKind::Cnp => "CNP",
         }
     }
 }

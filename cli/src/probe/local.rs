@@ -70,6 +70,13 @@ impl LocalTarget {
         let resolver = StaticResolver::new([(probe_ip, PROBE_MAC), (target_ip, TARGET_MAC)]);
         let ctx = Context::with_link(attr, Arc::new(target_link), Arc::new(resolver))
             .map_err(|e| e.to_string())?;
+        // Congestion control on, as a RoCE NIC with ECN enabled has it: the congestion
+        // cases expect CNPs for CE-marked requests.
+        ctx.set_dcqcn(ferroce_transport::DcqcnConfig {
+            enabled: true,
+            ..Default::default()
+        })
+        .map_err(|e| e.to_string())?;
         let addr = Addressing {
             mac: PROBE_MAC,
             ip: probe_ip,
@@ -123,6 +130,16 @@ impl LocalTarget {
             gid,
             close: None,
         }
+    }
+
+    /// Turns congestion control (and with it CNP generation) on or off.
+    pub fn congestion_control(&self, on: bool) -> Result<(), String> {
+        self.ctx
+            .set_dcqcn(ferroce_transport::DcqcnConfig {
+                enabled: on,
+                ..Default::default()
+            })
+            .map_err(|e| e.to_string())
     }
 
     /// The target's counters (rxe's hw_counters names), for checks of what it counted.

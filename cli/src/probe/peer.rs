@@ -37,6 +37,9 @@ pub struct Tweak {
     pub pad: Option<u8>,
     /// UDP destination port.
     pub udp_dport: Option<u16>,
+    /// The IP header's ECN field (default 2, ECT(0), as RoCE senders mark theirs; 3 is
+    /// Congestion Experienced, as a congested switch would leave it).
+    pub ecn: Option<u8>,
     /// Flip the ICRC.
     pub bad_icrc: bool,
     /// Bytes cut off the end after everything else.
@@ -206,7 +209,7 @@ impl Peer {
                 src,
                 dst,
                 dscp: 0,
-                ecn: 2,
+                ecn: tweak.ecn.unwrap_or(2) & 3,
                 ttl: 64,
                 identification: self.ip_id,
                 dont_fragment: true,
@@ -214,7 +217,7 @@ impl Peer {
             (src, dst) => IpRepr::V6 {
                 src: ferroce::net::gid::gid_of(src),
                 dst: ferroce::net::gid::gid_of(dst),
-                traffic_class: 2,
+                traffic_class: tweak.ecn.unwrap_or(2) & 3,
                 flow_label: 0,
                 hop_limit: 64,
             },

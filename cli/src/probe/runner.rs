@@ -1,7 +1,7 @@
 //! Runs one case on a fresh connection: sends its packets, checks each answer against
 //! what the case expects, and keeps a transcript (sent / expected / observed per step).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use ferroce_wire::{
@@ -103,6 +103,15 @@ struct Run<'a> {
     /// Requests the target sends of its own accord (ibv_rc_pingpong answers each SEND
     /// with one) are not answers: outside requester cases, expectations pass over them.
     skip_target_requests: bool,
+    /// Whether a packet marked Congestion Experienced was sent: the target may answer
+    /// with CNPs, which only `expect = "CNP"` looks for.
+    marked: bool,
+    /// Answers that came while a CNP was awaited, for the steps after.
+    held: VecDeque<Reply>,
+    /// CNPs that came while other answers were awaited, for a later CNP step.
+    cnps: VecDeque<Reply>,
+    /// An `expect = "CNP"` step is running.
+    awaiting_cnp: bool,
 }
 
 /// Runs `case` against the connected target.
@@ -123,6 +132,10 @@ pub fn run_case(case: &Case, peer: &mut Peer, remote: Remote) -> Outcome {
             case.needs,
             super::cases::Needs::Requester | super::cases::Needs::Reader
         ),
+        marked: false,
+        held: VecDeque::new(),
+        cnps: VecDeque::new(),
+        awaiting_cnp: false,
     };
     let mut verdict = Verdict::Pass;
     let mut failed_step = None;
@@ -211,9 +224,11 @@ impl Run<'_> {
             tver: s.tver,
             pad: s.pad,
             udp_dport: s.udp_dport,
+            ecn: s.ecn,
             bad_icrc: s.bad_icrc,
             truncate: s.truncate,
         };
+        self.marked |= s.ecn == Some(3);
         let mtu = self.remote.mtu.max(256);
         // (opcode, ext headers, payload length) per packet, and PSNs the message takes.
         let mut packets: Vec<(Opcode, ExtRepr, usize)> = Vec::new();
@@ -453,6 +468,9 @@ impl Run<'_> {
         if e.kind == ExpectKind::ReadResponse {
             return self.expect_read_response(e, psn, deadline);
         }
+        if e.kind == ExpectKind::Cnp {
+            return self.expect_cnp(start, deadline);
+        }
         loop {
             let Some(r) = self.recv(deadline)? else {
                 self.line("observed", "nothing".into());
@@ -484,7 +502,9 @@ impl Run<'_> {
                 ExpectKind::RnrNak => matches!(r.syndrome, Some(Syndrome::RnrNak { .. })),
                 ExpectKind::AtomicAck => r.opcode == Opcode::RC_ATOMIC_ACKNOWLEDGE,
                 ExpectKind::Request => !r.opcode.info().is_response(),
-                ExpectKind::Nothing | ExpectKind::ReadResponse => unreachable!("handled above"),
+                ExpectKind::Nothing | ExpectKind::ReadResponse | ExpectKind::Cnp => {
+                    unreachable!("handled above")
+                }
             };
             // An earlier, coalescible ACK before the one awaited: note it and go on.
             if e.kind == ExpectKind::Ack && kind_ok {
@@ -638,7 +658,45 @@ impl Run<'_> {
         Ok(true)
     }
 
+    /// Waits for a CNP (or takes one that came during an earlier step); answers before
+    /// it are held for the next steps.
+    fn expect_cnp(&mut self, start: Instant, deadline: Instant) -> Result<bool, String> {
+        if let Some(r) = self.cnps.pop_front() {
+            self.line("observed", format!("{r}, which came before this step"));
+            return Ok(r.icrc_ok);
+        }
+        self.awaiting_cnp = true;
+        let mut held = Vec::new();
+        let found = loop {
+            match self.recv(deadline) {
+                Ok(Some(r)) if r.opcode == Opcode::CNP => {
+                    let after = ms_since(start, r.at);
+                    self.line("observed", format!("{r} after {after} ms"));
+                    break Ok(r.icrc_ok);
+                }
+                Ok(Some(r)) => {
+                    self.line("note", format!("{r}: kept for the next step"));
+                    held.push(r);
+                }
+                Ok(None) => {
+                    self.line("observed", "no CNP".into());
+                    break Ok(false);
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        self.awaiting_cnp = false;
+        // Before anything still held from an earlier CNP step.
+        for r in held.into_iter().rev() {
+            self.held.push_front(r);
+        }
+        found
+    }
+
     fn recv(&mut self, deadline: Instant) -> Result<Option<Reply>, String> {
+        if let Some(r) = self.held.pop_front() {
+            return Ok(Some(r));
+        }
         loop {
             let r = self.peer.recv(deadline).map_err(|e| e.to_string())?;
             if let Some(r) = &r {
@@ -646,7 +704,18 @@ impl Run<'_> {
                 self.answers.push(a);
             }
             match r {
-                Some(r) if self.skip_target_requests && !r.opcode.info().is_response() => {
+                Some(r) if r.opcode == Opcode::CNP && self.marked && !self.awaiting_cnp => {
+                    self.line(
+                        "note",
+                        format!("{r}: a congestion notification, kept for a CNP step"),
+                    );
+                    self.cnps.push_back(r);
+                }
+                Some(r)
+                    if self.skip_target_requests
+                        && !r.opcode.info().is_response()
+                        && r.opcode != Opcode::CNP =>
+                {
                     self.line(
                         "note",
                         format!("{r}: the target's own request, not an answer; passed over"),
@@ -682,6 +751,12 @@ fn tweak_text(t: &Tweak, other_qp: bool, pkey: Option<u16>) -> String {
     }
     if let Some(p) = t.pad {
         s.push_str(&format!(" [pad {p}]"));
+    }
+    if let Some(e) = t.ecn {
+        s.push_str(&match e {
+            3 => " [ECN CE]".to_string(),
+            e => format!(" [ECN {e}]"),
+        });
     }
     if let Some(p) = t.udp_dport {
         s.push_str(&format!(" [udp dport {p}]"));

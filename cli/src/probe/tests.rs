@@ -173,3 +173,59 @@ fn cases_known_to_crash_a_stack_are_skipped_for_it() {
     let o = run_suite(&c, &mut target, &link, addr, &opts, &mut |_, _| {});
     assert_eq!(o[0].verdict, Verdict::Pass);
 }
+
+/// A CNP is matched whichever side of the ACK it comes; a target without congestion
+/// control (rxe, ferroce without `--dcqcn`) fails the CNP case at its CNP step and passes
+/// the unmarked one.
+#[test]
+fn cnps_are_expected_in_either_order_and_missed_when_not_sent() {
+    let c = one(r#"
+[[case]]
+name = "ack-then-cnp"
+needs = "write"
+summary = "s"
+cite = "c"
+steps = [ { send = "WRITE", len = 64, ecn = 3 }, { expect = "ACK", psn = "last" }, { expect = "CNP" } ]
+"#);
+    let o = run(&c);
+    assert_eq!(o[0].verdict, Verdict::Pass, "{:#?}", o[0].lines);
+    let builtin: Vec<Case> = cases::builtin()
+        .into_iter()
+        .filter(|c| c.name.contains("cnp-for") || c.name.starts_with("no-cnp"))
+        .collect();
+    assert_eq!(builtin.len(), 2);
+    let (mut target, link, addr) = LocalTarget::new().unwrap();
+    target.congestion_control(false).unwrap();
+    let o = run_suite(
+        &builtin,
+        &mut target,
+        &link,
+        addr,
+        &SuiteOptions::default(),
+        &mut |_, _| {},
+    );
+    assert_eq!(o[0].name, "cnp-for-ce-marked-request");
+    assert_eq!(o[0].verdict, Verdict::Fail);
+    assert_eq!(o[0].failed_step, Some(2));
+    assert_eq!(o[1].verdict, Verdict::Pass);
+    // Named as rxe, the missing CNP is the deviation its case documents.
+    let (mut target, link, addr) = LocalTarget::new().unwrap();
+    target.congestion_control(false).unwrap();
+    let opts = SuiteOptions {
+        stack: Some("rxe".into()),
+        ..Default::default()
+    };
+    let o = run_suite(
+        &builtin[..1],
+        &mut target,
+        &link,
+        addr,
+        &opts,
+        &mut |_, _| {},
+    );
+    assert!(
+        matches!(o[0].verdict, Verdict::Known(_)),
+        "{:?}",
+        o[0].verdict
+    );
+}
