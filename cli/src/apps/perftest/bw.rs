@@ -5,15 +5,29 @@
 
 use std::io::Write;
 use std::net::TcpStream;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::exchange::{BwReport, Control, PerSize};
 use super::params::{Conn, Verb};
 use super::report::{self, RESULT_LINE};
+use super::resources::RETRY_CNT;
 use super::{check, next_wc, Clock, Outcome, PerfError, Phase, Run};
 
-/// Longest wait for the messages still in flight when a duration run ends.
-const DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
+/// Shortest wait for the messages still in flight when a duration run ends.
+const DRAIN: Duration = Duration::from_secs(2);
+
+/// How long the tail of a duration run may go without a completion before the connection
+/// counts as dead: [`DRAIN`], or the QPs' whole retry budget when that is longer (each
+/// of `RETRY_CNT + 1` sends may wait a local ACK timeout, 4.096 µs × 2^`qp_timeout`;
+/// within it a live connection completes something or fails with an error completion),
+/// but never more than the run's own `timeout`. With long ACK timeouts behind a lossy
+/// bottleneck (tests/dcqcn's run without congestion control, `-u 18`: 1.07 s) two seconds
+/// went by without a completion on a live connection.
+fn drain_time(qp_timeout: u8, timeout: Duration) -> Duration {
+    let ack = Duration::from_nanos(4096u64 << qp_timeout.min(31));
+    let budget = ack * (u32::from(RETRY_CNT) + 1);
+    DRAIN.max(budget.min(timeout))
+}
 
 pub(super) fn run(
     r: &Run<'_>,
@@ -122,11 +136,14 @@ fn requester(r: &Run<'_>, size: u64) -> Result<BwReport, PerfError> {
         }
         wcs.clear();
         if res.send_cq.poll(&mut wcs, 64) == 0 {
-            let deadline = match clock {
-                Some(c) if !ended => Some(c.end()),
-                Some(_) => Some(*drain_until.get_or_insert_with(|| Instant::now() + DRAIN)),
-                None => None,
-            };
+            let deadline =
+                match clock {
+                    Some(c) if !ended => Some(c.end()),
+                    Some(_) => Some(*drain_until.get_or_insert_with(|| {
+                        Instant::now() + drain_time(p.qp_timeout, p.timeout)
+                    })),
+                    None => None,
+                };
             match next_wc(&res.send_cq, deadline, p.timeout, "send")? {
                 Some(wc) => wcs.push(wc),
                 // Like perftest, a duration run does not wait for its whole tail; but a
@@ -240,4 +257,21 @@ fn receiver(r: &Run<'_>, size: u64) -> Result<(BwReport, bool), PerfError> {
         },
     };
     Ok((rep, gave_up))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tail_waits_for_the_retry_budget_within_the_run_timeout() {
+        let minute = Duration::from_secs(60);
+        // perftest's default -u 14 (67 ms): two seconds are plenty.
+        assert_eq!(drain_time(14, minute), DRAIN);
+        // -u 18 (1.07 s): eight ACK timeouts.
+        assert_eq!(drain_time(18, minute), Duration::from_nanos(4096 << 18) * 8);
+        // A huge exponent stops at the run's timeout, never below two seconds.
+        assert_eq!(drain_time(31, minute), minute);
+        assert_eq!(drain_time(31, Duration::from_secs(1)), DRAIN);
+    }
 }

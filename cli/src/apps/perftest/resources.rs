@@ -15,6 +15,9 @@ use ferroce::verbs::{
     ProtectionDomain, QueuePair, RcPath, SendWr,
 };
 
+/// Transport retries of the run's RC QPs (the most IB allows, as perftest sets).
+pub(super) const RETRY_CNT: u8 = 7;
+
 /// Bytes of GRH space UD receives need in front of the data.
 pub const GRH: usize = 40;
 /// What perftest adds with each fetch-and-add.
@@ -158,7 +161,7 @@ impl Resources {
             path.traffic_class = p.traffic_class;
             path.access = qp_access(p.test.verb);
             path.timeout = p.qp_timeout;
-            path.retry_cnt = 7;
+            path.retry_cnt = RETRY_CNT;
             path.rnr_retry = 7;
             path.min_rnr_timer = 12;
             path.max_dest_rd_atomic = p.out_reads as u8;
