@@ -217,15 +217,18 @@ fn cut_keeps_the_packets_named() {
         "/../tests/probe/findings/rxe-6.1-write-first-zero-length-round173.pcapng"
     );
     let small = dir.join("first.pcapng");
-    let out = ferroce(&[
-        "probe",
-        "cut",
-        round,
-        "--keep",
-        "1",
-        "-o",
-        small.to_str().unwrap(),
-    ]);
+    let cut = |keep: &str| {
+        ferroce(&[
+            "probe",
+            "cut",
+            round,
+            "--keep",
+            keep,
+            "-o",
+            small.to_str().unwrap(),
+        ])
+    };
+    let out = cut("1");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -244,15 +247,7 @@ fn cut_keeps_the_packets_named() {
         "{text}"
     );
     // A packet the file does not have: a one-line usage error.
-    let out = ferroce(&[
-        "probe",
-        "cut",
-        round,
-        "--keep",
-        "6",
-        "-o",
-        small.to_str().unwrap(),
-    ]);
+    let out = cut("6");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(

@@ -204,12 +204,13 @@ impl Peer {
         payload: &[u8],
         tweak: &Tweak,
     ) -> io::Result<Vec<u8>> {
+        let ecn = tweak.ecn.unwrap_or(ferroce_transport::ECN_ECT0) & 3;
         let ip = match (self.addr.ip, self.addr.target_ip) {
             (IpAddr::V4(src), IpAddr::V4(dst)) => IpRepr::V4 {
                 src,
                 dst,
                 dscp: 0,
-                ecn: tweak.ecn.unwrap_or(2) & 3,
+                ecn,
                 ttl: 64,
                 identification: self.ip_id,
                 dont_fragment: true,
@@ -217,7 +218,7 @@ impl Peer {
             (src, dst) => IpRepr::V6 {
                 src: ferroce::net::gid::gid_of(src),
                 dst: ferroce::net::gid::gid_of(dst),
-                traffic_class: tweak.ecn.unwrap_or(2) & 3,
+                traffic_class: ecn,
                 flow_label: 0,
                 hop_limit: 64,
             },

@@ -228,7 +228,7 @@ impl Run<'_> {
             bad_icrc: s.bad_icrc,
             truncate: s.truncate,
         };
-        self.marked |= s.ecn == Some(3);
+        self.marked |= s.ecn == Some(ferroce_transport::ECN_CE);
         let mtu = self.remote.mtu.max(256);
         // (opcode, ext headers, payload length) per packet, and PSNs the message takes.
         let mut packets: Vec<(Opcode, ExtRepr, usize)> = Vec::new();
@@ -754,7 +754,7 @@ fn tweak_text(t: &Tweak, other_qp: bool, pkey: Option<u16>) -> String {
     }
     if let Some(e) = t.ecn {
         s.push_str(&match e {
-            3 => " [ECN CE]".to_string(),
+            ferroce_transport::ECN_CE => " [ECN CE]".to_string(),
             e => format!(" [ECN {e}]"),
         });
     }

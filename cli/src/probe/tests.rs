@@ -194,35 +194,23 @@ steps = [ { send = "WRITE", len = 64, ecn = 3 }, { expect = "ACK", psn = "last" 
         .filter(|c| c.name.contains("cnp-for") || c.name.starts_with("no-cnp"))
         .collect();
     assert_eq!(builtin.len(), 2);
-    let (mut target, link, addr) = LocalTarget::new().unwrap();
-    target.congestion_control(false).unwrap();
-    let o = run_suite(
-        &builtin,
-        &mut target,
-        &link,
-        addr,
-        &SuiteOptions::default(),
-        &mut |_, _| {},
-    );
+    // A target as rxe is, or ferroce without `--dcqcn`: no congestion control.
+    let without_cc = |cases: &[Case], stack: Option<&str>| {
+        let (mut target, link, addr) = LocalTarget::new().unwrap();
+        target.congestion_control(false).unwrap();
+        let opts = SuiteOptions {
+            stack: stack.map(str::to_string),
+            ..Default::default()
+        };
+        run_suite(cases, &mut target, &link, addr, &opts, &mut |_, _| {})
+    };
+    let o = without_cc(&builtin, None);
     assert_eq!(o[0].name, "cnp-for-ce-marked-request");
     assert_eq!(o[0].verdict, Verdict::Fail);
     assert_eq!(o[0].failed_step, Some(2));
     assert_eq!(o[1].verdict, Verdict::Pass);
     // Named as rxe, the missing CNP is the deviation its case documents.
-    let (mut target, link, addr) = LocalTarget::new().unwrap();
-    target.congestion_control(false).unwrap();
-    let opts = SuiteOptions {
-        stack: Some("rxe".into()),
-        ..Default::default()
-    };
-    let o = run_suite(
-        &builtin[..1],
-        &mut target,
-        &link,
-        addr,
-        &opts,
-        &mut |_, _| {},
-    );
+    let o = without_cc(&builtin[..1], Some("rxe"));
     assert!(
         matches!(o[0].verdict, Verdict::Known(_)),
         "{:?}",

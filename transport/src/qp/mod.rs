@@ -142,7 +142,7 @@ pub fn ud_src_port(qpn: u32) -> u16 {
 }
 
 /// Local ACK timeout of the IB encoding: 4.096 µs × 2^t; `None` for 0 (wait forever).
-fn ack_timeout(t: u8) -> Option<Duration> {
+pub fn ack_timeout(t: u8) -> Option<Duration> {
     (t != 0).then(|| Duration::from_nanos(4096u64 << t.min(31)))
 }
 

@@ -24,7 +24,7 @@ const DRAIN: Duration = Duration::from_secs(2);
 /// bottleneck (tests/dcqcn's run without congestion control, `-u 18`: 1.07 s) two seconds
 /// went by without a completion on a live connection.
 fn drain_time(qp_timeout: u8, timeout: Duration) -> Duration {
-    let ack = Duration::from_nanos(4096u64 << qp_timeout.min(31));
+    let ack = ferroce_transport::ack_timeout(qp_timeout).unwrap_or_default();
     let budget = ack * (u32::from(RETRY_CNT) + 1);
     DRAIN.max(budget.min(timeout))
 }
