@@ -28,9 +28,7 @@ fuzz)
     t0=$(date +%s)
     echo "start $t0 $i $via $seed" >>"$OUT/slices"; sync
     start_loop "$via"
-    in_ns "$PNS" timeout $((secs + 900)) "$F" probe fuzz --via "$via" -d "$PDEV" --time "$secs" \
-      --seed "$seed" --connect-wait 90 --answer-ms 100 --out "$OUT/slice-$i" --kmsg "$TIP" \
-      >"$OUT/slice-$i.log" 2>&1
+    fuzz_program "$via" "$secs" "$seed" "$OUT/slice-$i" "$OUT/slice-$i.log" --kmsg
     rc=$?
     stop_loop
     t1=$(date +%s)

@@ -28,17 +28,19 @@ tests=$(cd "$here/.." && pwd)
 vmrun=${CAMPAIGN_VMRUN:-$tests/interop/rxe-vm/run.sh}   # (a stand-in in tests/probe/campaign-test.sh)
 guest=$here/campaign-guest.sh
 
+# How the kernel starts reporting what took it down.
+first_report='BUG: |general protection fault|kernel BUG at |Oops: '
 # The panic in a boot's console: its one-line signature ("BUG title @ function") or "".
 signature() {
   local con=$1/console.log title fn
   grep -q 'Kernel panic - not syncing' "$con" 2>/dev/null || return 0
-  title=$(tr -d '\r' <"$con" | grep -m1 -oE '(BUG: .*|general protection fault.*|kernel BUG at .*|Oops: .*)' | sed 's/, address: .*//; s/ *$//')
+  title=$(tr -d '\r' <"$con" | grep -m1 -oE "($first_report).*" | sed 's/, address: .*//; s/ *$//')
   fn=$(grep -m1 -oE 'RIP: 0010:[A-Za-z0-9_.]+' "$con" | sed 's/RIP: 0010://')
   echo "${title:-panic} @ ${fn:-?}"
 }
 # The panic's lines, from its first report to "Kernel panic".
 panic_text() {
-  sed -n '/\(BUG:\|general protection fault\|kernel BUG at\|Oops:\|Kernel panic\)/,/Kernel panic - not syncing/p' "$1/console.log" | tr -d '\r'
+  tr -d '\r' <"$1/console.log" | awk -v start="$first_report|Kernel panic" '$0 ~ start {on = 1} on {print} /Kernel panic - not syncing/ {exit}'
 }
 
 # One VM boot replaying FILE through VIA; prints the panic's signature ("" if none).
@@ -53,7 +55,7 @@ replay_boot() {
 # Writes OUT.pcapng and prints "packets LIST of N", or prints nothing if FILE does not
 # panic a fresh VM the same way.
 minimize() {
-  local file=$1 via=$2 sig=$3 work=$4 out=$5 confirmed=${6:-} n k keep try s
+  local file=$1 via=$2 sig=$3 work=$4 out=$5 confirmed=${6:-} n k all keep try s
   mkdir -p "$work"
   n=$("$F" decode "$file" 2>/dev/null | sed -n 's/^\([0-9]*\) frames:.*/\1/p')
   [ "${n:-0}" -ge 1 ] || return 0
@@ -62,7 +64,7 @@ minimize() {
     echo "  [minimize] whole round ($n packets) in a fresh VM: ${s:-no panic}" >&2
     [ "$s" = "$sig" ] || return 0
   fi
-  keep=$(seq -s, 1 "$n")
+  all=$(seq -s, 1 "$n") keep=$all
   if [ "$n" -gt 1 ]; then
     for k in $(seq 1 "$n"); do
       "$F" probe cut "$file" --keep "$k" -o "$work/only-$k.pcapng" >/dev/null || continue
@@ -71,7 +73,7 @@ minimize() {
       if [ "$s" = "$sig" ]; then keep=$k; break; fi
     done
   fi
-  if [ "$keep" = "$(seq -s, 1 "$n")" ] && [ "$n" -gt 1 ]; then
+  if [ "$keep" = "$all" ] && [ "$n" -gt 1 ]; then
     for k in $(seq "$n" -1 1); do
       try=$(echo "$keep" | tr , '\n' | grep -vx "$k" | paste -sd,)
       [ -n "$try" ] || continue
@@ -123,13 +125,12 @@ while [ $((TOTAL - used)) -ge 30 ]; do
     [ "$what" = start ] || continue
     started=$((started + 1))
     log=$dir/slice-$i.log
-    end=$(awk -v i="$i" '$1 == "end" && $3 == i {print $2}' "$dir/slices")
+    read -r end erc < <(awk -v i="$i" '$1 == "end" && $3 == i {print $2, $4}' "$dir/slices")
     sum=$(grep -m1 '^fuzz: [0-9]* rounds' "$log" 2>/dev/null)
     nfind=$(grep -c '^FINDING' "$log" 2>/dev/null)
     if [ -n "$end" ]; then
       secs=$((end - t)) rounds=$(echo "$sum" | awk '{print $2}')
       packets=$(echo "$sum" | awk '{print $4}')
-      erc=$(awk -v i="$i" '$1 == "end" && $3 == i {print $4}' "$dir/slices")
       how=done; case $erc in 0|1) ;; *) how=fuzz-exit-$erc; bad=1 ;; esac
     else
       # Cut short: the journal says which round was in flight, its file's time when.

@@ -29,8 +29,7 @@ programs="pingpong write-bw read-bw atomic-bw"; [ "$STACK" = rxe ] && programs="
 for via in $programs; do
   start_loop $via
   log=$out/$via.log
-  in_ns "$PNS" timeout $((SECS + 900)) "$F" probe fuzz --via "$via" -d $PDEV --time "$SECS" \
-    --seed "$SEED" --connect-wait 90 --answer-ms 100 --out "$out/$via" $kmsg "$TIP" >"$log" 2>&1
+  fuzz_program "$via" "$SECS" "$SEED" "$out/$via" "$log" $kmsg
   rc=$?
   stop_loop
   summary=$(grep '^fuzz: [0-9]* rounds' "$log" | tail -1)

@@ -7,6 +7,9 @@
 #                            reading from the probe) in a loop, in its own session
 #   stop_loop                kills that loop and everything in its session
 #   in_ns NS CMD...          runs CMD in namespace NS ("" = here)
+#   fuzz_program VIA SECS SEED OUTDIR LOG [ARGS...]
+#                            `ferroce probe fuzz` from the probe's namespace through VIA's
+#                            server ($F: the binary), output to LOG; its exit status
 loop=""
 stop_loop() {
   [ -n "$loop" ] || return 0
@@ -14,6 +17,11 @@ stop_loop() {
   loop=""
 }
 in_ns() { local ns=$1; shift; if [ -n "$ns" ]; then ip netns exec "$ns" "$@"; else "$@"; fi; }
+fuzz_program() {
+  local via=$1 secs=$2 seed=$3 dir=$4 log=$5; shift 5
+  in_ns "$PNS" timeout $((secs + 900)) "$F" probe fuzz --via "$via" -d "$PDEV" --time "$secs" \
+    --seed "$seed" --connect-wait 90 --answer-ms 100 --out "$dir" "$@" "$TIP" >"$log" 2>&1
+}
 
 probe_setup() {
   local stack=$1
