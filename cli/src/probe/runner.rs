@@ -11,7 +11,7 @@ use ferroce_wire::{
 
 use super::cases::{Case, Expect, ExpectKind, MessageOp, Send, SendKind, Step};
 use super::expr;
-use super::peer::{Peer, Reply, Tweak};
+use super::peer::{Peer, Reply, Tweak, MAX_LOG};
 
 /// What the probe knows of the target's QP once connected.
 #[derive(Debug, Clone, Copy, Default)]
@@ -198,7 +198,14 @@ impl Run<'_> {
         Ok(self.eval(e, default)? as u32 & Psn::MASK)
     }
 
+    /// Adds a transcript line; a target that floods the probe fills it up to
+    /// [`MAX_LOG`] lines, then one saying so, then no more.
     fn line(&mut self, what: &'static str, text: String) {
+        let (what, text) = match self.lines.len() {
+            n if n < MAX_LOG => (what, text),
+            n if n == MAX_LOG => ("note", "transcript full: later lines dropped".into()),
+            _ => return,
+        };
         self.lines.push(Line {
             step: self.step,
             what,
@@ -676,7 +683,9 @@ impl Run<'_> {
                 }
                 Ok(Some(r)) => {
                     self.line("note", format!("{r}: kept for the next step"));
-                    held.push(r);
+                    if held.len() < MAX_LOG {
+                        held.push(r);
+                    }
                 }
                 Ok(None) => {
                     self.line("observed", "no CNP".into());
@@ -700,8 +709,10 @@ impl Run<'_> {
         loop {
             let r = self.peer.recv(deadline).map_err(|e| e.to_string())?;
             if let Some(r) = &r {
-                let a = r.describe(self.remote.epsn);
-                self.answers.push(a);
+                if self.answers.len() < MAX_LOG {
+                    let a = r.describe(self.remote.epsn);
+                    self.answers.push(a);
+                }
             }
             match r {
                 Some(r) if r.opcode == Opcode::CNP && self.marked && !self.awaiting_cnp => {
@@ -709,7 +720,9 @@ impl Run<'_> {
                         "note",
                         format!("{r}: a congestion notification, kept for a CNP step"),
                     );
-                    self.cnps.push_back(r);
+                    if self.cnps.len() < MAX_LOG {
+                        self.cnps.push_back(r);
+                    }
                 }
                 Some(r)
                     if self.skip_target_requests

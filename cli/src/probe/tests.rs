@@ -217,3 +217,82 @@ steps = [ { send = "WRITE", len = 64, ecn = 3 }, { expect = "ACK", psn = "last" 
         o[0].verdict
     );
 }
+
+/// A target that floods the probe (here: up to 30 000 CNPs during a case that marked its
+/// request, so each is kept for a CNP step) fills the transcript, the answers and the CNP
+/// queue only up to the peer's log limit.
+#[test]
+fn a_flood_of_cnps_is_kept_within_bounds() {
+    use super::peer::{Addressing, Peer, Tweak, MAX_LOG};
+    use super::runner::{run_case, Remote};
+    use ferroce::link::{Link, MemoryLink};
+    use ferroce_wire::{BthRepr, CnpRepr, ExtRepr, Opcode, Psn};
+    use std::sync::Arc;
+
+    let (a, b) = MemoryLink::pair([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]).unwrap();
+    let probe_addr = Addressing {
+        mac: [2, 0, 0, 0, 0, 1],
+        ip: [10, 1, 0, 1].into(),
+        target_mac: [2, 0, 0, 0, 0, 2],
+        target_ip: [10, 1, 0, 2].into(),
+    };
+    let target_addr = Addressing {
+        mac: probe_addr.target_mac,
+        ip: probe_addr.target_ip,
+        target_mac: probe_addr.mac,
+        target_ip: probe_addr.ip,
+    };
+    let (probe_qpn, target_qpn) = (0x31, 0x21);
+    let b: Arc<dyn Link> = Arc::new(b);
+    let mut target = Peer::new(b.clone(), target_addr, target_qpn);
+    let ext = ExtRepr {
+        cnp: Some(CnpRepr::default()),
+        ..Default::default()
+    };
+    let cnp = target
+        .build(
+            BthRepr::new(Opcode::CNP, probe_qpn, Psn::new(0)),
+            ext,
+            &[],
+            &Tweak::default(),
+        )
+        .unwrap();
+    // More than the in-memory wire holds at once, so sent while the case waits.
+    let flood = std::thread::spawn(move || {
+        for _ in 0..60 {
+            for _ in 0..500 {
+                b.send(&cnp).unwrap();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    });
+    let c = one(r#"
+[[case]]
+name = "flooded"
+needs = "write"
+summary = "s"
+cite = "c"
+steps = [ { send = "WRITE", len = 8, ecn = 3 }, { expect = "NOTHING", within_ms = 2000 }, { expect = "CNP", within_ms = 10 } ]
+"#);
+    let mut peer = Peer::new(Arc::new(a) as Arc<dyn Link>, probe_addr, probe_qpn);
+    let remote = Remote {
+        qpn: target_qpn,
+        epsn: 0x100,
+        va: 0x1000,
+        rkey: 0x77,
+        size: 4096,
+        mtu: 1024,
+        timeout_ms: 67,
+    };
+    let o = run_case(&c[0], &mut peer, remote);
+    flood.join().unwrap();
+    // The CNPs were passed over while nothing was expected, and one was there for the
+    // CNP step.
+    assert_eq!(o.verdict, Verdict::Pass, "{:?}", o.lines.last());
+    assert_eq!(o.answers.len(), MAX_LOG);
+    assert_eq!(o.lines.len(), MAX_LOG + 1);
+    assert!(o
+        .lines
+        .iter()
+        .any(|l| l.text == "transcript full: later lines dropped"));
+}
