@@ -37,7 +37,9 @@ fi
 MTUS=${MTUS:-1500 9000} DURATION=${DURATION:-8} REPEAT=${REPEAT:-3}
 out=$root/target/bench; mkdir -p "$out"   # each part replaces only its own files
 command -v iperf3 >/dev/null || { echo "[bench] installing iperf3"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iperf3 >/dev/null; }
-(cd "$root" && cargo build --release --quiet -p ferroce-cli --bin ferroce -p ferroce-ibverbs) || exit 1
+# Two commands: a `--bin` filter would apply to both packages and skip the library.
+(cd "$root" && cargo build --release --quiet -p ferroce-cli --bin ferroce \
+  && cargo build --release --quiet -p ferroce-ibverbs --lib) || exit 1
 F=${CARGO_TARGET_DIR:-$root/target}/release/ferroce
 machine="$(nproc) CPUs, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), Linux $(uname -r)"
 
