@@ -116,16 +116,7 @@ impl Context {
         let wire = Arc::new(StaticResolver::new([(ip_a, mac_a), (ip_b, mac_b)]));
         let attr = |name: &str, mac: [u8; 6], ip: IpAddr| DeviceAttr {
             name: name.to_string(),
-            node_guid: u64::from_be_bytes([
-                mac[0] ^ 2,
-                mac[1],
-                mac[2],
-                0xff,
-                0xfe,
-                mac[3],
-                mac[4],
-                mac[5],
-            ]),
+            node_guid: u64::from_be_bytes(crate::net::gid::eui64(mac)),
             mac,
             netdev_mtu: 9000,
             active_mtu: Mtu::Mtu4096,

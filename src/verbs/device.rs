@@ -35,10 +35,12 @@ impl Device {
 
     fn from_interface(iface: Interface) -> Device {
         let addrs: Vec<IpAddr> = iface.addrs.iter().map(|(a, _)| *a).collect();
-        Device {
-            gids: GidTable::from_addrs(&addrs),
-            iface,
-        }
+        let gids = if iface.loopback {
+            GidTable::from_addrs(&addrs)
+        } else {
+            GidTable::for_ethernet(iface.mac, &addrs)
+        };
+        Device { gids, iface }
     }
 
     /// The device (interface) name.
@@ -58,8 +60,7 @@ impl Device {
 
     /// The node GUID, derived from the MAC address as for RoCE NICs (EUI-64).
     pub fn node_guid(&self) -> u64 {
-        let m = self.iface.mac;
-        u64::from_be_bytes([m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]])
+        u64::from_be_bytes(crate::net::gid::eui64(self.iface.mac))
     }
 
     /// Opens the device: a raw socket on the interface and a driver thread.

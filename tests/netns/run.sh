@@ -52,6 +52,38 @@ run_all() {  # SUFFIX
   case_ "perf-send-lat$1" 18515 perf send-lat -d veth-b -n 100 -s 1024 -- perf send-lat -d veth-a -n 100 -s 1024
 }
 
+# GID indexes as rxe numbers them: the default GID (the MAC's link-local address) at 0 and
+# the IPv4 address at 1 even where the kernel has no IPv6 address on the interface (IPv6
+# off here; likewise the first moments after link-up), so `-g 1` / `-x 1` always name it.
+ip link add veth-c netns $A type veth peer name veth-d netns $B
+for end in "$A veth-c 10.88.1.1" "$B veth-d 10.88.1.2"; do
+  set -- $end
+  ip netns exec "$1" sysctl -qw "net.ipv6.conf.$2.disable_ipv6=1"
+  ip -n "$1" addr add "$3/24" dev "$2"; ip -n "$1" link set "$2" up
+done
+for _ in $(seq 1 50); do
+  ip netns exec $A "$F" devinfo -d veth-c -v >"$out/gids.devinfo" 2>&1
+  ip netns exec $B "$F" devinfo -d veth-d >"$out/gids-b.devinfo" 2>&1
+  grep -q PORT_ACTIVE "$out/gids.devinfo" && grep -q PORT_ACTIVE "$out/gids-b.devinfo" && break
+  sleep 0.1
+done
+mac=$(ip -n $A -br link show veth-c | awk '{print $3}')
+eui=$(python3 -c 'import ipaddress, sys; m = bytes.fromhex(sys.argv[1].replace(":", ""))
+print(ipaddress.IPv6Address(b"\xfe\x80" + bytes(6) + bytes([m[0] ^ 2]) + m[1:3] + b"\xff\xfe" + m[3:]))' "$mac")
+if grep -qE "GID\[ *0\]:[[:space:]]+$eui," "$out/gids.devinfo" && grep -qE 'GID\[ *1\]:[[:space:]]+::ffff:10\.88\.1\.1,' "$out/gids.devinfo" &&
+   ! ip -n $A -6 addr show dev veth-c | grep -q inet6; then
+  pass=$((pass + 1)); echo "PASS gid-indexes: without IPv6, GID[0] $eui, GID[1] ::ffff:10.88.1.1"
+else
+  fail=$((fail + 1)); echo "FAIL gid-indexes (want GID[0] $eui, GID[1] ::ffff:10.88.1.1)"; grep 'GID\[' "$out/gids.devinfo" | sed 's/^/    /'
+fi
+ip netns exec $B timeout 60 "$F" rc-pingpong -d veth-d -g 1 -n 20 >"$out/gid1.server" 2>&1 &
+sp=$!; wait_port $B 18515
+if ip netns exec $A timeout 60 "$F" rc-pingpong -d veth-c -g 1 -n 20 10.88.1.2 >"$out/gid1.client" 2>&1 && wait $sp; then
+  pass=$((pass + 1)); echo "PASS gid-index-1: $(summary "$out/gid1.client")"
+else
+  wait $sp 2>/dev/null; fail=$((fail + 1)); echo "FAIL gid-index-1"; tail -n 3 "$out/gid1.client" "$out/gid1.server" | sed 's/^/    /'
+fi
+
 run_all ""
 # The other ways frames can move (the default is a PACKET_MMAP receive ring and sendmmsg):
 # sockets only, and rings both ways. `--stats` says which one ran.
