@@ -25,7 +25,10 @@ fn main() -> ExitCode {
     }
 }
 
+/// Whether the error, or one it was caused by, is stdout's reader gone away.
 fn is_broken_pipe(e: &(dyn std::error::Error + 'static)) -> bool {
-    e.downcast_ref::<std::io::Error>()
-        .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    std::iter::successors(Some(e), |e| e.source()).any(|e| {
+        e.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

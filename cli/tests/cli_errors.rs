@@ -160,3 +160,27 @@ fn unreachable_server_and_busy_port() {
         "{err}"
     );
 }
+
+/// A reader that stops early (`ferroce devinfo | grep -q PORT_ACTIVE`, `ferroce demo |
+/// head -1`) ends the command quietly: exit 0, no panic message on stderr (Rust ignores SIGPIPE, so the write fails
+/// with EPIPE instead of killing the process; `println!` would panic on it).
+#[test]
+fn a_closed_stdout_ends_listings_quietly() {
+    for args in [
+        &["devices"][..],
+        &["devinfo", "-d", "lo", "-v"][..],
+        &["demo", "-n", "2"][..],
+    ] {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        // Closed before the child starts: its first write fails, whatever the timing.
+        drop(reader);
+        let out = Command::new(env!("CARGO_BIN_EXE_ferroce"))
+            .args(args)
+            .stdout(writer)
+            .output()
+            .expect("run ferroce");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(out.status.success(), "{args:?}: {:?}\n{err}", out.status);
+    }
+}

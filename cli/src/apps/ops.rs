@@ -105,7 +105,14 @@ impl std::fmt::Display for OpsError {
     }
 }
 
-impl std::error::Error for OpsError {}
+impl std::error::Error for OpsError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            OpsError::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 impl From<VerbsError> for OpsError {
     fn from(e: VerbsError) -> Self {

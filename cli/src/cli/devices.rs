@@ -1,5 +1,6 @@
 //! `ferroce devices` and `ferroce devinfo`, like ibv_devices and ibv_devinfo.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Args;
@@ -15,11 +16,14 @@ fn guid(g: u64) -> String {
     )
 }
 
+// Output goes through `writeln!`, not `println!`: a reader that closes the pipe early
+// (`ferroce devinfo | grep -q`) is an error `main` ends quietly on, not a panic.
 pub fn devices() -> Result<ExitCode, CliError> {
-    println!("    {:<16}\t   node GUID", "device");
-    println!("    {:<16}\t----------------", "------");
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "    {:<16}\t   node GUID", "device")?;
+    writeln!(out, "    {:<16}\t----------------", "------")?;
     for d in Device::list() {
-        println!("    {:<16}\t{:016x}", d.name(), d.node_guid());
+        writeln!(out, "    {:<16}\t{:016x}", d.name(), d.node_guid())?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -52,42 +56,43 @@ pub fn devinfo(a: DevinfoArgs) -> Result<ExitCode, CliError> {
     if devs.is_empty() {
         return Err("No IB devices found: no Ethernet interface with an address".into());
     }
+    let mut out = std::io::stdout().lock();
     for d in devs {
         let i = d.interface();
         let mtu = i.ib_mtu();
-        println!("hca_id:\t{}", d.name());
-        println!("\ttransport:\t\t\tInfiniBand (0)");
-        println!("\tfw_ver:\t\t\t\t{}", env!("CARGO_PKG_VERSION"));
-        println!("\tnode_guid:\t\t\t{}", guid(d.node_guid()));
-        println!("\tsys_image_guid:\t\t\t{}", guid(d.node_guid()));
-        println!("\tvendor_id:\t\t\t0x0000");
-        println!("\tvendor_part_id:\t\t\t0");
-        println!("\thw_ver:\t\t\t\t0x0");
-        println!("\tphys_port_cnt:\t\t\t1");
-        println!("\t\tport:\t1");
+        writeln!(out, "hca_id:\t{}", d.name())?;
+        writeln!(out, "\ttransport:\t\t\tInfiniBand (0)")?;
+        writeln!(out, "\tfw_ver:\t\t\t\t{}", env!("CARGO_PKG_VERSION"))?;
+        writeln!(out, "\tnode_guid:\t\t\t{}", guid(d.node_guid()))?;
+        writeln!(out, "\tsys_image_guid:\t\t\t{}", guid(d.node_guid()))?;
+        writeln!(out, "\tvendor_id:\t\t\t0x0000")?;
+        writeln!(out, "\tvendor_part_id:\t\t\t0")?;
+        writeln!(out, "\thw_ver:\t\t\t\t0x0")?;
+        writeln!(out, "\tphys_port_cnt:\t\t\t1")?;
+        writeln!(out, "\t\tport:\t1")?;
         let (state, code) = if i.up {
             ("PORT_ACTIVE", 4)
         } else {
             ("PORT_DOWN", 1)
         };
-        println!("\t\t\tstate:\t\t\t{state} ({code})");
-        println!("\t\t\tmax_mtu:\t\t4096 (5)");
-        println!("\t\t\tactive_mtu:\t\t{mtu} ({})", mtu_code(mtu));
-        println!("\t\t\tsm_lid:\t\t\t0");
-        println!("\t\t\tport_lid:\t\t0");
-        println!("\t\t\tport_lmc:\t\t0x00");
-        println!("\t\t\tlink_layer:\t\tEthernet");
+        writeln!(out, "\t\t\tstate:\t\t\t{state} ({code})")?;
+        writeln!(out, "\t\t\tmax_mtu:\t\t4096 (5)")?;
+        writeln!(out, "\t\t\tactive_mtu:\t\t{mtu} ({})", mtu_code(mtu))?;
+        writeln!(out, "\t\t\tsm_lid:\t\t\t0")?;
+        writeln!(out, "\t\t\tport_lid:\t\t0")?;
+        writeln!(out, "\t\t\tport_lmc:\t\t0x00")?;
+        writeln!(out, "\t\t\tlink_layer:\t\tEthernet")?;
         // Who else uses the interface through ferroce (processes sharing it, their QPs).
         if let Ok(u) = ferroce::link::share::users(i.index) {
-            println!("\t\t\tferroce_processes:\t{}", u.processes);
-            println!("\t\t\tferroce_qps:\t\t{}", u.qps);
+            writeln!(out, "\t\t\tferroce_processes:\t{}", u.processes)?;
+            writeln!(out, "\t\t\tferroce_qps:\t\t{}", u.qps)?;
         }
         if a.verbose {
             for e in d.gids().entries() {
-                println!("\t\t\tGID[{:>3}]:\t\t{}, RoCE v2", e.index, e.gid);
+                writeln!(out, "\t\t\tGID[{:>3}]:\t\t{}, RoCE v2", e.index, e.gid)?;
             }
         }
-        println!();
+        writeln!(out)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,5 +1,6 @@
 //! `ferroce rc-ops` (every RC operation against a peer, data checked) and `ferroce demo`.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -84,12 +85,14 @@ pub struct DemoArgs {
 /// Two devices on an in-memory wire in this process: every RC operation, checked.
 pub fn demo(a: DemoArgs) -> Result<ExitCode, CliError> {
     let (server_ctx, client_ctx) = Context::memory_pair()?;
-    println!(
+    let mut out = std::io::stdout();
+    writeln!(
+        out,
         "ferroce demo: two RoCE v2 devices joined by an in-memory wire ({} <-> {}),",
         server_ctx.attr().name,
         client_ctx.attr().name
-    );
-    println!("every RC operation {} times with {} bytes, checked byte for byte; full frames with ICRC on the wire.\n", a.iters, a.size);
+    )?;
+    writeln!(out, "every RC operation {} times with {} bytes, checked byte for byte; full frames with ICRC on the wire.\n", a.iters, a.size)?;
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();
     let o = OpsOptions {
@@ -105,7 +108,6 @@ pub fn demo(a: DemoArgs) -> Result<ExitCode, CliError> {
             .map(|_| ())
             .map_err(|e| e.to_string())
     });
-    let mut out = std::io::stdout();
     let r = ops::client(&client_ctx, "127.0.0.1", port, &o, &mut out);
     let s = server.join().map_err(|_| "server thread panicked")?;
     r?;
@@ -116,6 +118,6 @@ pub fn demo(a: DemoArgs) -> Result<ExitCode, CliError> {
         .filter(|(_, v)| *v != 0)
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
-    println!("\nclient counters: {}", c.join(" "));
+    writeln!(out, "\nclient counters: {}", c.join(" "))?;
     Ok(ExitCode::SUCCESS)
 }

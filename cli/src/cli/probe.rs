@@ -358,6 +358,7 @@ Exit status: 0 when the target stayed healthy (and, with --diff, both answered a
 1 otherwise, 2 on a usage error.";
 
 fn fuzz(a: FuzzArgs) -> Result<ExitCode, CliError> {
+    let mut out = std::io::stdout().lock();
     use ferroce_cli::probe::fuzz::{self, mutate, FuzzOptions};
     let name = target_name(&a.t)?;
     if a.max_packets == 0 {
@@ -400,14 +401,15 @@ fn fuzz(a: FuzzArgs) -> Result<ExitCode, CliError> {
         recover_wait: Duration::from_secs(a.recover_wait),
     };
     let check = fuzz::check_case(target.offers()).name;
-    println!(
+    writeln!(
+        out,
         "fuzz: {} (probe {} -> target {}); seed {seed}; {} seed messages; check {check}{}",
         target.describe(),
         addr.ip,
         addr.target_ip,
         templates.len(),
         if a.kmsg { "; watching /dev/kmsg" } else { "" }
-    );
+    )?;
     let r = fuzz::run(
         target.as_mut(),
         link,
@@ -415,19 +417,22 @@ fn fuzz(a: FuzzArgs) -> Result<ExitCode, CliError> {
         &opts,
         templates,
         kmsg,
+        // Progress lines: a reader gone away does not stop the run (the summary below
+        // then ends it quietly).
         &mut |line| {
-            println!("{line}");
-            let _ = std::io::stdout().flush();
+            let _ = writeln!(out, "{line}");
+            let _ = out.flush();
         },
     )?;
     let s = r.elapsed.as_secs_f64().max(1e-9);
     if let Some(why) = &r.stopped {
-        println!("fuzz: stopped early: {why}");
+        writeln!(out, "fuzz: stopped early: {why}")?;
     }
     let mut kinds: Vec<&str> = r.findings.iter().map(|f| f.symptom.kind.name()).collect();
     kinds.sort();
     kinds.dedup();
-    println!(
+    writeln!(
+        out,
         "fuzz: {} rounds, {} packets, {} connections in {:.1} s ({:.2} rounds/s, {:.1} packets/s); {} findings{}; {} transient check failures; seed {seed}",
         r.rounds,
         r.packets,
@@ -438,7 +443,7 @@ fn fuzz(a: FuzzArgs) -> Result<ExitCode, CliError> {
         r.findings.len(),
         if kinds.is_empty() { String::new() } else { format!(" ({})", kinds.join(", ")) },
         r.transient,
-    );
+    )?;
     Ok(if r.findings.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -447,6 +452,7 @@ fn fuzz(a: FuzzArgs) -> Result<ExitCode, CliError> {
 }
 
 fn replay(a: ReplayArgs) -> Result<ExitCode, CliError> {
+    let mut out = std::io::stdout().lock();
     use ferroce_cli::probe::fuzz::{self, Fuzzer};
     use ferroce_cli::probe::repro::Repro;
     let repro = Repro::read(&a.file)?;
@@ -455,9 +461,9 @@ fn replay(a: ReplayArgs) -> Result<ExitCode, CliError> {
     if sent.is_empty() {
         return Err(format!("'{}' holds no frame the probe sent", a.file.display()).into());
     }
-    println!("replay: {} ({} packets)", a.file.display(), sent.len());
+    writeln!(out, "replay: {} ({} packets)", a.file.display(), sent.len())?;
     if !repro.finding.is_empty() {
-        println!("  recorded finding: {}", repro.finding);
+        writeln!(out, "  recorded finding: {}", repro.finding)?;
     }
     // Each frame as `ferroce decode` shows it.
     for (i, f) in sent.iter().enumerate() {
@@ -473,7 +479,7 @@ fn replay(a: ReplayArgs) -> Result<ExitCode, CliError> {
             Classified::Corrupt(e) => format!("{:>5} CORRUPT {e}", i + 1),
             Classified::Other => format!("{:>5} not a RoCE v2 frame", i + 1),
         };
-        println!("  sent (as recorded) {line}");
+        writeln!(out, "  sent (as recorded) {line}")?;
     }
     let run = |target_name: &str, kmsg: bool| -> Result<(String, fuzz::Attempt), CliError> {
         let (mut target, link, addr) = open_target(&a.t, target_name)?;
@@ -485,39 +491,41 @@ fn replay(a: ReplayArgs) -> Result<ExitCode, CliError> {
         let at = fz.replay(&sent, &repro.conn);
         Ok((describe, at))
     };
-    let print = |describe: &str, at: &fuzz::Attempt| {
-        println!("against {describe}:");
+    let mut print = |describe: &str, at: &fuzz::Attempt| -> std::io::Result<()> {
+        writeln!(out, "against {describe}:")?;
         for ans in &at.answers {
-            println!("  answer {ans}");
+            writeln!(out, "  answer {ans}")?;
         }
         if at.answers.is_empty() {
-            println!("  no answer");
+            writeln!(out, "  no answer")?;
         }
         match &at.symptom {
-            Some(s) => println!("  REPRODUCED {}: {}", s.kind.name(), s.detail),
-            None => println!("  target healthy after the packets"),
+            Some(s) => writeln!(out, "  REPRODUCED {}: {}", s.kind.name(), s.detail)?,
+            None => writeln!(out, "  target healthy after the packets")?,
         }
+        Ok(())
     };
     let (d1, first) = run(&name, a.kmsg)?;
-    print(&d1, &first);
+    print(&d1, &first)?;
     let mut bad = first.symptom.is_some();
     if let Some(n2) = &a.diff {
         let (d2, second) = run(n2, false)?;
-        print(&d2, &second);
+        print(&d2, &second)?;
         let same_answers = first.answers == second.answers;
         let same_health =
             first.symptom.as_ref().map(|s| s.kind) == second.symptom.as_ref().map(|s| s.kind);
         if same_answers && same_health {
-            println!("diff: {name} and {n2} answered alike");
+            writeln!(out, "diff: {name} and {n2} answered alike")?;
         } else {
-            println!(
+            writeln!(
+                out,
                 "diff: {name} and {n2} differ ({})",
                 match (same_answers, same_health) {
                     (false, false) => "answers and health",
                     (false, true) => "answers",
                     _ => "health",
                 }
-            );
+            )?;
             bad = true;
         }
     }
@@ -529,16 +537,18 @@ fn replay(a: ReplayArgs) -> Result<ExitCode, CliError> {
 }
 
 fn cut(a: CutArgs) -> Result<ExitCode, CliError> {
+    let mut out = std::io::stdout().lock();
     use ferroce_cli::probe::repro::Repro;
     let cut = Repro::read(&a.file)?.cut(&a.keep)?;
     cut.write(&a.output)
         .map_err(|e| format!("cannot write '{}': {e}", a.output.display()))?;
-    println!(
+    writeln!(
+        out,
         "cut: {} packets of {} -> {}",
         cut.frames.len(),
         a.file.display(),
         a.output.display()
-    );
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
