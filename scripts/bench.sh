@@ -16,8 +16,11 @@
 # Tests: RDMA WRITE bandwidth at 64 KiB and 4 KiB (`ib_write_bw` / `ferroce perf write-bw`,
 # -D $DURATION s, default 8) and 2-byte WRITE latency (`ib_write_lat` / `ferroce perf
 # write-lat`, 2000 iterations, typical = median). Prints a table per place with ratios:
-# ferroce<->ferroce over rxe<->rxe and over TCP for bandwidth, rxe over ferroce for latency
-# (so > 1 is ferroce ahead everywhere). Each figure is the median of $REPEAT runs (default
+# ferroce<->ferroce over rxe<->rxe and over the kernel for bandwidth, rxe over ferroce for
+# latency (so > 1 is ferroce ahead everywhere). "kernel" is TCP (iperf3) beside bandwidth
+# and, natively, the kernel's UDP ping-pong (sockperf, median half round trip) beside
+# latency. A second table gives the CPU cost of each bandwidth test: busy seconds of the
+# whole machine (both ends, /proc/stat) per GB moved, ferroce's beside TCP's. Each figure is the median of $REPEAT runs (default
 # 3; the VM's figures swing by up to 2x between runs). Logs: target/bench/.
 #   memory  resident memory with 1, 100 and 10,000 QP pairs open (examples/qp_memory.rs).
 #   pairs   natively: aggregate `ferroce perf write-bw` (64 KiB, -D $DURATION s) of 1, 2 and 4
@@ -37,6 +40,9 @@ fi
 MTUS=${MTUS:-1500 9000} DURATION=${DURATION:-8} REPEAT=${REPEAT:-3}
 out=$root/target/bench; mkdir -p "$out"   # each part replaces only its own files
 command -v iperf3 >/dev/null || { echo "[bench] installing iperf3"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iperf3 >/dev/null; }
+if [ "$what" != vm ] && ! command -v sockperf >/dev/null; then
+  echo "[bench] installing sockperf"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sockperf >/dev/null
+fi
 # Two commands: a `--bin` filter would apply to both packages and skip the library.
 (cd "$root" && cargo build --release --quiet -p ferroce-cli --bin ferroce \
   && cargo build --release --quiet -p ferroce-ibverbs --lib) || exit 1
@@ -59,19 +65,52 @@ table() {
     function f(x) { return (x == "" || x == "FAILED") ? "-" : x }
     function ratio(a, b) { return (a + 0 > 0 && b + 0 > 0) ? sprintf("%.2fx", a / b) : "-" }
     END {
-      printf "| %-5s | %-20s | %-10s | %-12s | %-16s | %-16s | %-10s | %-15s | %-15s | %-16s |\n", "MTU", "test", "rxe<->rxe", "ferroce<->rxe", "ferroce<->ferroce", "perftest on lib", "TCP iperf3", "ferroce / rxe", "ferroce / TCP", "lib / ferroce"
-      print "|-------|----------------------|------------|--------------|------------------|------------------|------------|-----------------|-----------------|------------------|"
+      printf "| %-5s | %-20s | %-10s | %-13s | %-16s | %-16s | %-10s | %-15s | %-16s | %-16s |\n", "MTU", "test", "rxe<->rxe", "ferroce<->rxe", "ferroce<->ferroce", "perftest on lib", "kernel", "ferroce / rxe", "ferroce / kernel", "lib / ferroce"
+      print "|-------|----------------------|------------|---------------|------------------|------------------|------------|-----------------|------------------|------------------|"
       nt = split("write_bw-65536 write_bw-4096 write_lat-2", order, " ")
       for (m in mtus) for (i = 1; i <= nt; i++) {
         t = order[i]; if (!(t in tests)) continue
-        rr = median(m " " t " rxe-rxe"); fr = median(m " " t " ferroce-rxe"); ff = median(m " " t " ferroce-ferroce"); tcp = median(m " tcp tcp-iperf3")
+        rr = median(m " " t " rxe-rxe"); fr = median(m " " t " ferroce-rxe"); ff = median(m " " t " ferroce-ferroce")
+        # The kernel: TCP (iperf3) beside bandwidth, UDP ping-pong (sockperf) beside latency.
+        tcp = (t ~ /lat/) ? median(m " " t " udp-sockperf") : median(m " tcp tcp-iperf3")
         cc = median(m " " t " cabi-cabi")
         if (rr != "") rr = sprintf("%.3g", rr); if (fr != "") fr = sprintf("%.3g", fr); if (ff != "") ff = sprintf("%.3g", ff); if (tcp != "") tcp = sprintf("%.3g", tcp)
         if (cc != "") cc = sprintf("%.3g", cc)
         lat = (t ~ /lat/)
         name = (t == "write_bw-65536") ? "WRITE 64 KiB, Gb/s" : (t == "write_bw-4096") ? "WRITE 4 KiB, Gb/s" : "WRITE 2 B, us typ."
-        printf "| %-5s | %-20s | %-10s | %-12s | %-16s | %-16s | %-10s | %-15s | %-15s | %-16s |\n", m, name, f(rr), f(fr), f(ff), f(cc),
-          lat ? "" : f(tcp), ratio(lat ? rr : ff, lat ? ff : rr), lat ? "" : ratio(ff, tcp), ratio(lat ? ff : cc, lat ? cc : ff)
+        printf "| %-5s | %-20s | %-10s | %-13s | %-16s | %-16s | %-10s | %-15s | %-16s | %-16s |\n", m, name, f(rr), f(fr), f(ff), f(cc),
+          f(tcp), ratio(lat ? rr : ff, lat ? ff : rr), ratio(lat ? tcp : ff, lat ? ff : tcp), ratio(lat ? ff : cc, lat ? cc : ff)
+      }
+    }' "$2"
+}
+
+# cpu_table TITLE RESULTS_FILE: CPU lines "CPU mtu test pair value s/GB" -> a table of
+# busy CPU seconds (whole machine, so both ends) per gigabyte moved.
+cpu_table() {
+  grep -q '^CPU ' "$2" || return 0
+  echo
+  echo "$1"
+  awk '
+    $1 == "CPU" && $5 != "FAILED" && $5 + 0 > 0 { k = $2 " " $3 " " $4; n[k]++; all[k, n[k]] = $5 + 0; mtus[$2] = 1 }
+    function median(k,   m, i, j, t, a) {
+      m = n[k]; if (m == 0) return ""
+      for (i = 1; i <= m; i++) a[i] = all[k, i]
+      for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+      return sprintf("%.3g", (m % 2) ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2)
+    }
+    function f(x) { return x == "" ? "-" : x }
+    function ratio(a, b) { return (a + 0 > 0 && b + 0 > 0) ? sprintf("%.2fx", a / b) : "-" }
+    END {
+      printf "| %-5s | %-20s | %-10s | %-13s | %-16s | %-16s | %-10s | %-15s |\n", "MTU", "CPU s per GB", "rxe<->rxe", "ferroce<->rxe", "ferroce<->ferroce", "perftest on lib", "TCP iperf3", "ferroce / TCP"
+      print "|-------|----------------------|------------|---------------|------------------|------------------|------------|-----------------|"
+      for (m in mtus) {
+        tcp = median(m " tcp tcp-iperf3")
+        split("write_bw-65536 write_bw-4096", order, " ")
+        for (i = 1; i <= 2; i++) {
+          t = order[i]; ff = median(m " " t " ferroce-ferroce")
+          printf "| %-5s | %-20s | %-10s | %-13s | %-16s | %-16s | %-10s | %-15s |\n", m, (i == 1 ? "WRITE 64 KiB" : "WRITE 4 KiB"),
+            f(median(m " " t " rxe-rxe")), f(median(m " " t " ferroce-rxe")), f(ff), f(median(m " " t " cabi-cabi")), f(tcp), ratio(ff, tcp)
+        }
       }
     }' "$2"
 }
@@ -162,8 +201,9 @@ if [ "$what" != host ]; then
   echo "[bench] rxe VM: MTUs $MTUS, ${DURATION} s per bandwidth run (TCG: emulated figures)"
   "$root/tests/interop/rxe-vm/run.sh" --timeout 3000 "$root/scripts/bench/guest.sh" "$out/vm" "$F" "$MTUS" "$DURATION" "$REPEAT" "$root/scripts/bench/lib.sh" >"$out/vm.log" 2>&1
   echo "[bench] VM exit $?"
-  grep -E '^(guest:|RESULT)' "$out/vm/console.log" | tee "$out/vm-results.txt"
+  grep -E '^(guest:|RESULT|CPU )' "$out/vm/console.log" | tee "$out/vm-results.txt"
   table "In the rxe VM (emulated: qemu TCG, 2 vCPUs) on $(date +%F), host: $machine" "$out/vm-results.txt" | tee "$out/vm-table.md"
+  cpu_table "CPU cost in the rxe VM (busy seconds of both vCPUs per GB moved; lower is better)" "$out/vm-results.txt" | tee -a "$out/vm-table.md"
 fi
 
 if [ "$what" != vm ]; then
@@ -189,8 +229,10 @@ if [ "$what" != vm ]; then
         bench "$MTU" cabi-cabi bb "cabi vbb $(gid bb vbb 10.78.0.2)" ba "cabi vba $(gid ba vba 10.78.0.1)" 10.78.0.2
       fi
       iperf "$MTU" bb ba 10.78.0.2
+      udp_pingpong "$MTU" bb ba 10.78.0.2
       cleanup
     done
   ) | tee -a "$res"
   table "Natively on this host (no rxe in its kernel) on $(date +%F): $machine" "$res" | tee "$out/host-table.md"
+  cpu_table "CPU cost natively (both ends on this host: busy seconds of all CPUs per GB moved; lower is better)" "$res" | tee -a "$out/host-table.md"
 fi

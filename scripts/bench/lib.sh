@@ -15,7 +15,7 @@ result() {  # MTU TEST PAIR LOG KIND(bw|lat)
 #   *_TOOL: "rxe DEV GID" runs perftest, "ferroce DEV" runs ferroce perf, "cabi DEV GID"
 #   runs perftest on ferroce's libibverbs (ferroce exec).
 bench() {
-  local mtu=$1 pair=$2 sn=$3 st=$4 cn=$5 ct=$6 addr=$7 t
+  local mtu=$1 pair=$2 sn=$3 st=$4 cn=$5 ct=$6 addr=$7 t c0
   for t in "write_bw 65536 bw" "write_bw 4096 bw" "write_lat 2 lat"; do
     set -- $t
     local tool=$1 size=$2 kind=$3 flags attempt rep log
@@ -28,11 +28,14 @@ bench() {
       in_ns "$sn" timeout 120 $(cmd "$st") >"$log.server" 2>&1 &
       local pid=$!
       wait_port 18515 "${sn#-}" 2>/dev/null
+      c0=$(cpu_busy)
       in_ns "$cn" timeout 120 $(cmd "$ct") "$addr" >"$log.client" 2>&1
+      echo "$c0 $(cpu_busy)" >"$log.cpu"
       wait $pid
       grep -q "Correlation coefficient" "$log.client" "$log.server" || break
     done
     result "$mtu" "$tool-$size" "$pair" "$log.client" "$kind"
+    [ "$kind" = bw ] && cpu_per_gb "$mtu" "$tool-$size" "$pair" "$log.cpu" "$(row "$log.client" | awk '{ print $4 }')"
     done
   done
 }
@@ -45,14 +48,49 @@ cmd() {  # TOOL -> command line (uses $tool and $flags)
   else echo "$F perf ${tool//_/-} -d $2 $flags"; fi
 }
 
+# CPU time the whole machine spent busy so far (user, nice, system, irq, softirq, steal),
+# in clock ticks: both ends of a run between two namespaces of one host.
+cpu_busy() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat; }
+# cpu_per_gb MTU TEST PAIR CPU_LOG GBPS: busy CPU seconds per gigabyte moved, from the
+# ticks before and after the client ran ($D seconds of transfer at GBPS, plus its set-up,
+# which both ferroce and TCP pay) -> "CPU mtu test pair value s/GB".
+cpu_per_gb() {
+  local v
+  v=$(awk -v hz="$(getconf CLK_TCK)" -v gbps="$5" -v d="$D" \
+    'NF == 2 && gbps + 0 > 0 { printf "%.3f", ($2 - $1) / hz / (gbps * d / 8) }' "$4")
+  echo "CPU $1 $2 $3 ${v:-FAILED} s/GB"
+}
+
 # iperf MTU SERVER_NS CLIENT_NS SERVER_ADDR: R runs of iperf3 between the two namespaces.
 iperf() {
-  local mtu=$1 sn=$2 cn=$3 addr=$4 rep
+  local mtu=$1 sn=$2 cn=$3 addr=$4 rep log bw
   for rep in $(seq 1 "$R"); do
-    in_ns "$sn" iperf3 -s -1 -B "$addr" >"$OUT/logs/$mtu-iperf3-$rep.server" 2>&1 &
+    log=$OUT/logs/$mtu-iperf3-$rep
+    in_ns "$sn" iperf3 -s -1 -B "$addr" >"$log.server" 2>&1 &
     wait_port 5201 "${sn#-}"
-    in_ns "$cn" iperf3 -c "$addr" -t "$D" -J >"$OUT/logs/$mtu-iperf3-$rep.json" 2>&1
+    echo "$(cpu_busy)" >"$log.cpu"
+    in_ns "$cn" iperf3 -c "$addr" -t "$D" -J >"$log.json" 2>&1
+    echo "$(cat "$log.cpu") $(cpu_busy)" >"$log.cpu"
     wait
-    echo "RESULT $mtu tcp tcp-iperf3 $(awk -F: '/"bits_per_second"/ { v = $2 } END { gsub(/[ ,]/, "", v); printf "%.3f", v / 1e9 }' "$OUT/logs/$mtu-iperf3-$rep.json") Gb/s"
+    bw=$(awk -F: '/"bits_per_second"/ { v = $2 } END { gsub(/[ ,]/, "", v); printf "%.3f", v / 1e9 }' "$log.json")
+    echo "RESULT $mtu tcp tcp-iperf3 $bw Gb/s"
+    cpu_per_gb "$mtu" tcp tcp-iperf3 "$log.cpu" "$bw"
+  done
+}
+
+# udp_pingpong MTU SERVER_NS CLIENT_NS SERVER_ADDR: R runs of the kernel's own UDP
+# ping-pong (sockperf, 16-byte messages, $D s): the median half round trip, beside the
+# 2-byte WRITE latency (perftest's latency is a half round trip too).
+udp_pingpong() {
+  local mtu=$1 sn=$2 cn=$3 addr=$4 rep log pid
+  command -v sockperf >/dev/null || return 0
+  for rep in $(seq 1 "$R"); do
+    log=$OUT/logs/$mtu-sockperf-$rep
+    in_ns "$sn" timeout $((D + 30)) sockperf server -i "$addr" -p 11111 >"$log.server" 2>&1 &
+    pid=$!
+    sleep 0.5
+    in_ns "$cn" timeout $((D + 30)) sockperf ping-pong -i "$addr" -p 11111 -m 16 -t "$D" >"$log.client" 2>&1
+    kill $pid 2>/dev/null; wait $pid 2>/dev/null
+    echo "RESULT $mtu write_lat-2 udp-sockperf $(awk '/percentile 50.000/ { v = $NF } END { print (v == "" ? "FAILED" : v) }' "$log.client") us"
   done
 }
