@@ -387,17 +387,29 @@ impl RawSocket {
         headers: &mut MmsgHeaders,
         lens: &[usize],
     ) -> io::Result<usize> {
+        self.send_slots(data, headers, lens, 0)
+    }
+
+    /// [`RawSocket::send_many`] of the slots from `first` on: frame `first + i` is
+    /// `lens[i]` bytes.
+    pub fn send_slots(
+        &self,
+        data: &[u8],
+        headers: &mut MmsgHeaders,
+        lens: &[usize],
+        first: usize,
+    ) -> io::Result<usize> {
         assert!(
             std::ptr::eq(data.as_ptr(), headers.base) && data.len() >= headers.slots * headers.slot
         );
-        let n = lens.len().min(headers.slots);
+        let n = lens.len().min(headers.slots.saturating_sub(first));
         if n == 0 {
             return Ok(0);
         }
         for (i, &len) in lens.iter().enumerate().take(n) {
-            headers.iov[i].iov_len = len.min(headers.slot);
+            headers.iov[first + i].iov_len = len.min(headers.slot);
             let m = &mut headers.msgs[i];
-            m.msg_hdr.msg_iov = &mut headers.iov[i];
+            m.msg_hdr.msg_iov = &mut headers.iov[first + i];
             m.msg_hdr.msg_iovlen = 1;
             m.msg_hdr.msg_name = std::ptr::null_mut();
             m.msg_hdr.msg_namelen = 0;

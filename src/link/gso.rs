@@ -113,6 +113,67 @@ fn join_from(
     Some((count, vnet, headers))
 }
 
+/// Groups the frames of a batch into runs as [`plan`] does, for the UDP-socket way
+/// ([`super::udp_segment`]): only IPv4 runs (the socket is IPv4) to another host's MAC
+/// (frames to `own_mac` reach other processes on this host through the packet socket's
+/// outgoing tap, which a UDP socket's routing would bypass), and no header rewritten
+/// (the kernel builds the super-packet's). Runs of one frame go through the packet
+/// socket.
+pub fn plan_udp(
+    data: &[u8],
+    slot: usize,
+    lens: &[usize],
+    own_mac: [u8; 6],
+    out: &mut [Run],
+) -> usize {
+    let frame = |k: usize| &data[k * slot..][..lens[k]];
+    let mut runs = 0;
+    let mut i = 0;
+    while i < lens.len() {
+        let mut count = 1;
+        let first = frame(i);
+        let head = (first.len() > ETH + 20
+            && first[12..14] == [0x08, 0x00]
+            && first[ETH] == 0x45
+            && first[..6] != own_mac)
+            .then(|| RunHead::new(&first[ETH..]))
+            .flatten();
+        if let Some(head) = head {
+            let mut payload = head.segment_size();
+            while i + count < lens.len() && count < MAX_SEGMENTS {
+                let next = frame(i + count);
+                if next.len() < ETH || next[..ETH] != first[..ETH] {
+                    break;
+                }
+                let Some(full) = head.accepts(&first[ETH..], &next[ETH..], count) else {
+                    break;
+                };
+                if !full && count == 1 && i + 2 < lens.len() && lens[i + 2] == lens[i + 1] {
+                    break;
+                }
+                let more = next.len() - ETH - head.header_len();
+                if head.header_len() + payload + more > 65535 - 40 {
+                    break;
+                }
+                payload += more;
+                count += 1;
+                if !full {
+                    break;
+                }
+            }
+        }
+        out[runs] = Run {
+            first: i,
+            count,
+            vnet: VnetHdr::NONE,
+            skip: if count > 1 { ETH + 28 } else { 0 },
+        };
+        runs += 1;
+        i += count;
+    }
+    runs
+}
+
 /// What [`split_received`] did with a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Received {
@@ -162,10 +223,23 @@ pub enum GsoOff {
 }
 
 const ON: u8 = 0;
+/// Super-packets leave through a UDP socket ([`super::udp_segment`]).
+const UDP: u8 = 100;
+
+/// What `FERROCE_GSO` asks for: `0` no super-packets, `udp` the UDP-socket way
+/// ([`super::udp_segment`]), anything else (or nothing) the packet-socket way where the
+/// kernel has it.
+pub fn udp_socket_requested() -> bool {
+    std::env::var("FERROCE_GSO").as_deref() == Ok("udp")
+}
 
 impl GsoState {
-    /// The state for a socket that has a virtio-net header or not, on this kernel.
-    pub fn new(vnet: bool) -> GsoState {
+    /// The state for a socket that has a virtio-net header or not, on this kernel, and
+    /// whether the UDP-socket way is in use instead (`udp`: its sockets are open).
+    pub fn new(vnet: bool, udp: bool) -> GsoState {
+        if udp {
+            return GsoState(AtomicU8::new(UDP));
+        }
         let off = if std::env::var("FERROCE_GSO").as_deref() == Ok("0") {
             Some(GsoOff::Disabled)
         } else if !kernel_at_least(6, 2) {
@@ -177,14 +251,18 @@ impl GsoState {
         };
         GsoState(AtomicU8::new(off.map_or(ON, |o| o as u8 + 1)))
     }
-    /// Whether frames are joined.
+    /// Whether frames are joined into super-frames on the packet socket.
     pub fn on(&self) -> bool {
         self.0.load(Ordering::Relaxed) == ON
     }
-    /// Why not, if not.
+    /// Whether runs of frames leave as super-packets through the UDP socket.
+    pub fn udp(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == UDP
+    }
+    /// Why not, if not (`None` for either way on).
     pub fn off(&self) -> Option<GsoOff> {
         match self.0.load(Ordering::Relaxed) {
-            ON => None,
+            ON | UDP => None,
             1 => Some(GsoOff::Disabled),
             2 => Some(GsoOff::OldKernel),
             3 => Some(GsoOff::NoVnetHeader),
@@ -193,7 +271,10 @@ impl GsoState {
     }
     /// Turns joining off for good after the kernel refused a super-frame.
     pub fn refused(&self, error: &std::io::Error) {
-        if self.0.swap(GsoOff::Refused as u8 + 1, Ordering::Relaxed) == ON {
+        if matches!(
+            self.0.swap(GsoOff::Refused as u8 + 1, Ordering::Relaxed),
+            ON | UDP
+        ) {
             tracing::warn!(%error, "the kernel refused a UDP GSO super-frame; sending frames one by one");
         }
     }
@@ -295,6 +376,65 @@ mod tests {
             let mut f = f.clone();
             f[40..42].copy_from_slice(&[0, 0]); // UDP checksum: the kernel's to fill
             assert_eq!(g, &f);
+        }
+    }
+
+    #[test]
+    fn udp_socket_runs_carry_the_icrcs_of_the_segments_the_kernel_builds() {
+        let frames = vec![
+            frame(1, 1024, 10, 2),
+            frame(2, 1024, 11, 2),
+            frame(3, 700, 12, 2), // shorter: ends the run
+            frame(4, 1024, 13, 2),
+        ];
+        let (mut data, lens) = batch(&frames);
+        let mut runs = [Run::default(); 4];
+        // Frames to this host's own MAC (another process here) never take the UDP way.
+        let n = plan_udp(&data, SLOT, &lens, [4; 6], &mut runs);
+        assert!(runs[..n].iter().all(|r| r.count == 1), "{:?}", &runs[..n]);
+        let n = plan_udp(&data, SLOT, &lens, [9; 6], &mut runs);
+        let shape: Vec<(usize, usize)> = runs[..n].iter().map(|r| (r.first, r.count)).collect();
+        assert_eq!(shape, [(0, 3), (3, 1)]);
+        // Nothing rewritten by planning.
+        assert_eq!(&data[..lens[0]], &frames[0][..]);
+
+        // The sender's rewrite, then the super-packet the kernel builds from the payloads:
+        // identification 0, lengths of the whole, the socket's source port.
+        let port = 4321;
+        let mut at = [0; 3];
+        for k in 0..3 {
+            let patch = ferroce_wire::icrc::HeadPatch::new(lens[k] - 14).unwrap();
+            at[k] = super::super::udp_segment::prepare_segment(
+                &mut data[k * SLOT..k * SLOT + lens[k]],
+                k as u16,
+                port,
+                &patch,
+            )
+            .unwrap();
+        }
+        let mut whole = data[..at[0]].to_vec();
+        for k in 0..3 {
+            whole.extend_from_slice(&data[k * SLOT + at[k]..k * SLOT + lens[k]]);
+        }
+        let total = whole.len() - 14;
+        whole[16..18].copy_from_slice(&(total as u16).to_be_bytes());
+        whole[18..20].copy_from_slice(&[0, 0]);
+        whole[38..40].copy_from_slice(&((total - 20) as u16).to_be_bytes());
+        ferroce_wire::ipv4::fill_header_checksum(&mut whole[14..]);
+        let mut got = Vec::new();
+        ferroce_wire::gso::split_in_place(&mut whole, 14, lens[0] - at[0], &mut |s| {
+            got.push(s.to_vec())
+        })
+        .unwrap();
+        assert_eq!(got.len(), 3);
+        for (k, g) in got.iter().enumerate() {
+            let ip = &g[14..];
+            ferroce_wire::icrc::verify(ip).unwrap_or_else(|e| panic!("segment {k}: {e}"));
+            assert_eq!(u16::from_be_bytes([ip[4], ip[5]]), k as u16);
+            assert_eq!(u16::from_be_bytes([ip[20], ip[21]]), port);
+            assert_eq!(ip[6] & 0x40, 0x40, "DF");
+            // The transport's payload, untouched.
+            assert_eq!(&g[42..g.len() - 4], &frames[k][42..frames[k].len() - 4]);
         }
     }
 

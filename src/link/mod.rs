@@ -29,6 +29,7 @@ pub mod sched;
 pub mod share;
 pub mod timerfd;
 pub mod udp_guard;
+pub mod udp_segment;
 pub mod vnet;
 
 pub use batch::{FrameBatch, TxOutcome, MAX_FRAME, MIN_SLOT};

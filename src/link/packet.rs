@@ -15,8 +15,10 @@ use super::oper_state::OperState;
 use super::packet_ring::Rings;
 use super::share::{LinkUsers, Share};
 use super::udp_guard::UdpGuard;
+use super::udp_segment::{self, UdpSegmentSocket};
 use super::vnet::VnetHdr;
 use super::{recv_each_batched, send_each_batched, FrameBatch, Link, TxOutcome, MIN_SLOT};
+use ferroce_wire::icrc::HeadPatch;
 
 /// A real interface: AF_PACKET raw socket plus the UDP port guard.
 #[derive(Debug)]
@@ -34,6 +36,8 @@ pub struct PacketLink {
     oper: Option<OperState>,
     /// Whether frames of one flow leave joined into UDP GSO super-frames.
     gso: GsoState,
+    /// The UDP-socket way's sockets, one per IPv4 address (`FERROCE_GSO=udp`).
+    udp_segment: Vec<UdpSegmentSocket>,
     gso_counters: GsoCounters,
     /// Segments of a super-frame that [`Link::recv`] has not handed out yet.
     pending: Mutex<std::collections::VecDeque<Vec<u8>>>,
@@ -123,8 +127,22 @@ impl PacketLink {
         let oper = OperState::watch(iface.index)
             .map_err(|e| tracing::warn!(error = %e, iface = %iface.name, "cannot watch the interface's state; its port stays ACTIVE"))
             .ok();
+        let mut udp_segment = Vec::new();
+        if super::gso::udp_socket_requested() && !iface.loopback {
+            for (addr, _) in &iface.addrs {
+                if let IpAddr::V4(v4) = addr {
+                    match UdpSegmentSocket::open(&iface.name, *v4) {
+                        Ok(u) => udp_segment.push(u),
+                        Err(e) => {
+                            tracing::warn!(%addr, error = %e, "no UDP_SEGMENT socket");
+                        }
+                    }
+                }
+            }
+        }
         let link = PacketLink {
-            gso: GsoState::new(socket.has_vnet()),
+            gso: GsoState::new(socket.has_vnet(), !udp_segment.is_empty()),
+            udp_segment,
             gso_counters: GsoCounters::default(),
             pending: Mutex::default(),
             oper,
@@ -141,6 +159,126 @@ impl PacketLink {
     /// The interface.
     pub fn interface(&self) -> &Interface {
         &self.iface
+    }
+
+    /// [`Link::send_batch`] the UDP-socket way: runs of frames as super-packets through
+    /// the UDP socket of their source address, the other frames through the packet
+    /// socket, in order. A super-packet the kernel refuses is lost, as on a wire, and
+    /// turns the way off.
+    fn send_batch_udp(&self, b: &mut FrameBatch) -> io::Result<usize> {
+        let n = b.count;
+        let m = super::gso::plan_udp(
+            &b.data,
+            super::MAX_FRAME,
+            &b.lens[..n],
+            self.iface.mac,
+            &mut b.runs,
+        );
+        let mut sent = 0;
+        let mut r = 0;
+        while r < m {
+            let run = b.runs[r];
+            if run.count > 1 {
+                let start = run.first * super::MAX_FRAME;
+                let src = &b.data[start + 14 + 12..start + 14 + 16];
+                let src = std::net::Ipv4Addr::new(src[0], src[1], src[2], src[3]);
+                if let Some(sock) = self.udp_segment.iter().find(|u| u.addr() == src) {
+                    match self.send_run_udp(sock, b, run) {
+                        Ok(true) => {
+                            let c = &self.gso_counters;
+                            c.tx_super.fetch_add(1, Ordering::Relaxed);
+                            c.tx_super_pkts
+                                .fetch_add(run.count as u64, Ordering::Relaxed);
+                            sent += run.count;
+                            r += 1;
+                            continue;
+                        }
+                        Ok(false) => return Ok(sent),
+                        Err(e) => {
+                            self.gso.refused(&e);
+                            return Ok(sent);
+                        }
+                    }
+                }
+            }
+            // The frames up to the next run that goes through the UDP socket.
+            let first = run.first;
+            let mut end = r + 1;
+            while end < m && b.runs[end].count == 1 {
+                end += 1;
+            }
+            let last = b.runs[end - 1];
+            let count = last.first + last.count - first;
+            let took = if self.socket.has_vnet() {
+                let plain: Vec<super::gso::Run> = (first..first + count)
+                    .map(|k| super::gso::Run {
+                        first: k,
+                        count: 1,
+                        ..Default::default()
+                    })
+                    .collect();
+                self.socket
+                    .send_runs(&b.data, &mut b.headers, &b.lens[..n], &plain)?
+            } else {
+                self.socket.send_slots(
+                    &b.data,
+                    &mut b.headers,
+                    &b.lens[first..first + count],
+                    first,
+                )?
+            };
+            sent += took;
+            if took < count {
+                return Ok(sent);
+            }
+            r = end;
+        }
+        Ok(sent)
+    }
+
+    /// Rewrites the frames of `run` into the segments the kernel will cut the super-packet
+    /// into ([`udp_segment::prepare_segment`]) and sends their payloads through `sock`.
+    fn send_run_udp(
+        &self,
+        sock: &UdpSegmentSocket,
+        b: &mut FrameBatch,
+        run: super::gso::Run,
+    ) -> io::Result<bool> {
+        let slot = super::MAX_FRAME;
+        let mut offsets = [0usize; super::gso::MAX_SEGMENTS];
+        // Every segment but the last has the first's length: one patch for them, another
+        // for a shorter last one.
+        let einval = || io::Error::from_raw_os_error(libc::EINVAL);
+        let full = HeadPatch::new(b.lens[run.first] - 14).map_err(|_| einval())?;
+        let last_len = b.lens[run.first + run.count - 1] - 14;
+        let last = if last_len == full.len() {
+            full
+        } else {
+            HeadPatch::new(last_len).map_err(|_| einval())?
+        };
+        for (k, offset) in offsets.iter_mut().enumerate().take(run.count) {
+            let at = (run.first + k) * slot;
+            let frame = &mut b.data[at..at + b.lens[run.first + k]];
+            let patch = if frame.len() - 14 == full.len() {
+                &full
+            } else {
+                &last
+            };
+            *offset = udp_segment::prepare_segment(frame, k as u16, sock.port(), patch)
+                .ok_or_else(einval)?;
+        }
+        let first = run.first * slot;
+        let f = &b.data[first..];
+        let dst = std::net::Ipv4Addr::new(f[30], f[31], f[32], f[33]);
+        let tos = f[15];
+        let segment = (b.lens[run.first] - offsets[0]) as u16;
+        let iov: Vec<io::IoSlice<'_>> = (0..run.count)
+            .map(|k| {
+                let at = (run.first + k) * slot;
+                io::IoSlice::new(&b.data[at + offsets[k]..at + b.lens[run.first + k]])
+            })
+            .collect();
+        sock.send(dst, tos, segment, &iov)
     }
 
     /// Hands a received frame to `f`, or, for a UDP super-frame, each of its segments.
@@ -281,6 +419,9 @@ impl Link for PacketLink {
     fn send_batch(&self, batch: &mut FrameBatch) -> io::Result<usize> {
         let b = batch;
         let n = b.count;
+        if self.gso.udp() {
+            return self.send_batch_udp(b);
+        }
         if !self.socket.has_vnet() {
             return self.socket.send_many(&b.data, &mut b.headers, &b.lens[..n]);
         }
@@ -325,6 +466,9 @@ impl Link for PacketLink {
         }
     }
     fn io_mode(&self) -> &'static str {
+        if self.gso.udp() {
+            return "tx=sendmmsg+udp gso=udp-socket (FERROCE_GSO=udp)";
+        }
         match (self.socket.rings(), self.gso.off()) {
             (Some(r), _) if r.has_tx() => "rx=ring tx=ring gso=off (not with the transmit ring)",
             (Some(_), None) => "rx=ring tx=sendmmsg gso=on",

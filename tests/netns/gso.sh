@@ -6,6 +6,9 @@
 #      end's --stats show
 #      super-frames sent (WRITE/SEND data one way, READ responses the other) and received
 #      and split by the peer, none malformed.
+#      The same with FERROCE_GSO=udp at both ends (super-packets through UDP sockets with
+#      UDP_SEGMENT, the kernel building their headers): both say `gso=udp-socket`, the
+#      same counters, no ICRC error.
 #   2. The same with FERROCE_GSO=0 at the client: it says why GSO is off and sends no
 #      super-frame, the server receives none (the counters are the path's, not constants);
 #      the server still sends them and the client still splits them.
@@ -42,7 +45,7 @@ wait_port() { for _ in $(seq 1 100); do ip netns exec "$1" ss -ltn | grep -q ":$
 # checked.
 run() {
   local name=$1 m=$2; shift 2
-  ip netns exec $B timeout 120 "$F" rc-ops -d gso-vb -m "$m" -s 65536 -n 20 --stats >"$out/$name.server" 2>&1 &
+  ip netns exec $B env ${SENV:-FERROCE_GSO=1} timeout 120 "$F" rc-ops -d gso-vb -m "$m" -s 65536 -n 20 --stats >"$out/$name.server" 2>&1 &
   local sp=$!
   wait_port $B 18516
   if ip netns exec $A env "$@" timeout 120 "$F" rc-ops -d gso-va -m "$m" -s 65536 -n 20 --stats 10.93.0.2 >"$out/$name.client" 2>&1 && wait $sp; then
@@ -67,6 +70,21 @@ for mtu in 1500 9000; do
     ok "$n: super-frames both ways, split by the peer, none malformed, no ICRC error"
   else
     ko "$n: super-frame counters (bad=$bad)" "$c" "$s"
+  fi
+  # The UDP-socket way at both ends: the kernel builds the headers, so every segment's
+  # ICRC must have been computed for its identification and the socket's source port.
+  n=udp$mtu
+  SENV=FERROCE_GSO=udp run "$n" "$([ $mtu = 1500 ] && echo 1024 || echo 4096)" FERROCE_GSO=udp
+  c=$out/$n.client s=$out/$n.server
+  ctx=$(counter "$c" gso_tx_pkts) srx=$(counter "$s" gso_rx_pkts) stx=$(counter "$s" gso_tx_pkts) crx=$(counter "$c" gso_rx_pkts)
+  bad=$(( $(counter "$c" gso_rx_malformed) + $(counter "$s" gso_rx_malformed) + $(counter "$c" rx_icrc_err) + $(counter "$s" rx_icrc_err) ))
+  echo "    client sent $ctx packets in $(counter "$c" gso_tx_frames) UDP super-packets; server split $srx from $(counter "$s" gso_rx_frames)"
+  echo "    server sent $stx packets in $(counter "$s" gso_tx_frames) UDP super-packets; client split $crx from $(counter "$c" gso_rx_frames)"
+  if grep -q '^link: .* gso=udp-socket (FERROCE_GSO=udp)$' "$c" && grep -q '^link: .* gso=udp-socket (FERROCE_GSO=udp)$' "$s" &&
+    [ "$ctx" -gt 0 ] && [ "$srx" -gt 0 ] && [ "$stx" -gt 0 ] && [ "$crx" -gt 0 ] && [ "$bad" = 0 ]; then
+    ok "$n: FERROCE_GSO=udp: super-packets through UDP sockets both ways, split by the peer, no ICRC error"
+  else
+    ko "$n: FERROCE_GSO=udp (bad=$bad)" "$c" "$s"
   fi
 done
 

@@ -1,0 +1,186 @@
+//! UDP GSO through an ordinary UDP socket (`UDP_SEGMENT`, Linux ≥ 4.18): the way to send
+//! super-packets where packet sockets cannot (before Linux 6.2), and the other way to
+//! send them where they can.
+//!
+//! The kernel builds the IP and UDP headers itself, so the segments' ICRCs must be
+//! computed for the headers it will write, not the ones the transport built: an
+//! unconnected socket with DF set (`IP_PMTUDISC_DO`) gives the first segment IPv4
+//! identification 0 and each later one one more (`ip_select_ident_segs`,
+//! `inet_gso_segment`), and every segment carries the socket's own UDP source port. The
+//! sender ([`super::packet`]) rewrites those fields and the ICRC of each frame of a run
+//! before handing the payloads here. TOS (DSCP and ECN) goes per message (`IP_TOS`); TTL
+//! and checksums are masked by the ICRC.
+//!
+//! What a receiver sees: a NIC, or the kernel before a device that cannot segment, cuts
+//! the super-packet up; a veth hands it to its peer whole, where a UDP socket (rxe's)
+//! gets it cut up, and a packet socket gets it whole, which before Linux 6.2 it drops
+//! when it asked for virtio-net headers and cannot split when it did not. So towards
+//! ferroce on an older kernel over a veth, this path loses every super-packet.
+
+use std::io::{self, IoSlice};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::os::fd::{AsRawFd, OwnedFd};
+
+/// `UDP_SEGMENT` (`<linux/udp.h>`): the segment size of a UDP GSO send.
+const UDP_SEGMENT: libc::c_int = 103;
+
+/// A UDP socket on one IPv4 address of the interface that sends RoCE super-packets.
+#[derive(Debug)]
+pub struct UdpSegmentSocket {
+    fd: OwnedFd,
+    addr: Ipv4Addr,
+    port: u16,
+}
+
+impl UdpSegmentSocket {
+    /// Opens a socket bound to `addr` (an ephemeral port) and to the interface `ifname`,
+    /// with DF set on everything it sends.
+    pub fn open(ifname: &str, addr: Ipv4Addr) -> io::Result<UdpSegmentSocket> {
+        use rustix::net::{bind, socket_with, sockopt, AddressFamily, SocketFlags, SocketType};
+        let fd = socket_with(
+            AddressFamily::INET,
+            SocketType::DGRAM,
+            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+            None,
+        )?;
+        let name = ifname.as_bytes();
+        // SAFETY: `name` is a live byte string of the length passed; the kernel copies it.
+        let ret = unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_BINDTODEVICE,
+                name.as_ptr().cast(),
+                name.len() as libc::socklen_t,
+            )
+        };
+        if ret < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let pmtudisc_do: libc::c_int = libc::IP_PMTUDISC_DO;
+        setsockopt(&fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, &pmtudisc_do)?;
+        // Nothing is ever read from it: a small receive buffer bounds what strays hold.
+        let _ = sockopt::set_socket_recv_buffer_size(&fd, 1);
+        bind(&fd, &SocketAddr::V4(SocketAddrV4::new(addr, 0)))?;
+        let port = SocketAddr::try_from(rustix::net::getsockname(&fd)?)
+            .map_err(|_| io::Error::other("UDP socket has no IP address"))?
+            .port();
+        Ok(UdpSegmentSocket { fd, addr, port })
+    }
+
+    /// The address the socket sends from.
+    pub fn addr(&self) -> Ipv4Addr {
+        self.addr
+    }
+
+    /// The UDP source port every segment carries.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Sends the UDP payloads `segments` (each but the last exactly `segment` bytes) to
+    /// `dst`:4791 with TOS `tos`, as one super-packet when there are several. `Ok(false)`
+    /// when the socket buffer is full.
+    pub fn send(
+        &self,
+        dst: Ipv4Addr,
+        tos: u8,
+        segment: u16,
+        segments: &[IoSlice<'_>],
+    ) -> io::Result<bool> {
+        let name = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: ferroce_wire::ROCE_V2_PORT.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(dst).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        // Two control messages: UDP_SEGMENT (u16) and IP_TOS (int), each padded to the
+        // platform's alignment; u64 elements keep the buffer aligned for cmsghdr.
+        let mut control = [0u64; 8];
+        // SAFETY: CMSG_SPACE only computes a size.
+        let space = unsafe {
+            libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32)
+                + libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32)
+        } as usize;
+        assert!(space <= std::mem::size_of_val(&control));
+        // SAFETY: msghdr is plain old data; all-zero is a valid starting value.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_name = (&name as *const libc::sockaddr_in).cast_mut().cast();
+        msg.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        // IoSlice is guaranteed ABI-compatible with iovec on Unix.
+        msg.msg_iov = segments.as_ptr().cast_mut().cast();
+        msg.msg_iovlen = segments.len();
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space;
+        // SAFETY: `msg` describes `control`, which has room for both messages (asserted
+        // above); CMSG_FIRSTHDR / CMSG_NXTHDR stay inside it and CMSG_DATA points into
+        // the message each was sized for (a u16, then an int), written unaligned.
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_UDP;
+            (*c).cmsg_type = UDP_SEGMENT;
+            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as usize;
+            libc::CMSG_DATA(c).cast::<u16>().write_unaligned(segment);
+            let c = libc::CMSG_NXTHDR(&msg, c);
+            (*c).cmsg_level = libc::IPPROTO_IP;
+            (*c).cmsg_type = libc::IP_TOS;
+            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as usize;
+            libc::CMSG_DATA(c)
+                .cast::<libc::c_int>()
+                .write_unaligned(libc::c_int::from(tos));
+        }
+        // SAFETY: `msg` points to a live sockaddr_in, to the caller's slices (IoSlice is
+        // ABI-compatible with iovec) and to `control`; the kernel only reads them.
+        let ret = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, libc::MSG_DONTWAIT) };
+        if ret >= 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EAGAIN | libc::ENOBUFS) => Ok(false),
+            _ => Err(e),
+        }
+    }
+}
+
+fn setsockopt<T>(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
+    // SAFETY: `value` points to a live `T` of exactly the size passed; the kernel copies it.
+    let ret = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Rewrites the IPv4 frame `frame` (Ethernet header first, IHL 5, UDP to 4791, a valid
+/// ICRC) into what segment `index` of a super-packet sent through a [`UdpSegmentSocket`]
+/// on `port` will be on the wire: identification `index`, DF, source port `port`, and the
+/// ICRC for those, patched in place (`patch` is for the frame's IP length). Returns the
+/// UDP payload's offset in `frame`.
+pub fn prepare_segment(
+    frame: &mut [u8],
+    index: u16,
+    port: u16,
+    patch: &ferroce_wire::icrc::HeadPatch,
+) -> Option<usize> {
+    const ETH: usize = 14;
+    patch
+        .apply(frame.get_mut(ETH..)?, |h| {
+            h[4..6].copy_from_slice(&index.to_be_bytes());
+            h[6..8].copy_from_slice(&0x4000u16.to_be_bytes());
+            h[20..22].copy_from_slice(&port.to_be_bytes());
+        })
+        .ok()?;
+    Some(ETH + ferroce_wire::icrc::IPV4_UDP_HEAD)
+}
