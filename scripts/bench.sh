@@ -4,10 +4,11 @@
 #   scripts/bench.sh [vm|host|memory|all]     (default all; vm and host need root)
 #
 #   vm    inside the rxe VM (tests/interop/rxe-vm; TCG when there is no KVM, so the
-#         figures are emulated), on one veth pair: rxe <-> rxe (perftest), ferroce <-> rxe,
-#         ferroce <-> ferroce, TCP (iperf3); for each veth MTU in $MTUS (default
-#         "1500 9000": RoCE MTU 1024 and 4096). (scripts/bench/guest.sh; the measuring
-#         functions, shared with the host part, are in scripts/bench/lib.sh)
+#         figures are emulated), on one veth pair: rxe <-> rxe (perftest), ferroce <-> rxe
+#         (also with FERROCE_GSO=udp: "(udp)<->rxe"), ferroce <-> ferroce, TCP (iperf3);
+#         for each veth MTU in $MTUS (default "1500 9000": RoCE MTU 1024 and 4096).
+#         (scripts/bench/guest.sh; the measuring functions, shared with the host part, are
+#         in scripts/bench/lib.sh)
 #   host  natively on this machine: ferroce <-> ferroce between two network namespaces on a
 #         veth pair, the same tests with Debian's perftest on ferroce's libibverbs.so.1
 #         (`ferroce exec`; "lib / ferroce" is what the C ABI keeps, 1.00x = no cost), and
@@ -65,12 +66,13 @@ table() {
     function f(x) { return (x == "" || x == "FAILED") ? "-" : x }
     function ratio(a, b) { return (a + 0 > 0 && b + 0 > 0) ? sprintf("%.2fx", a / b) : "-" }
     END {
-      printf "| %-5s | %-20s | %-10s | %-13s | %-16s | %-16s | %-10s | %-15s | %-16s | %-16s |\n", "MTU", "test", "rxe<->rxe", "ferroce<->rxe", "ferroce<->ferroce", "perftest on lib", "kernel", "ferroce / rxe", "ferroce / kernel", "lib / ferroce"
-      print "|-------|----------------------|------------|---------------|------------------|------------------|------------|-----------------|------------------|------------------|"
+      printf "| %-5s | %-20s | %-10s | %-13s | %-13s | %-16s | %-16s | %-10s | %-15s | %-16s | %-16s |\n", "MTU", "test", "rxe<->rxe", "ferroce<->rxe", "(udp)<->rxe", "ferroce<->ferroce", "perftest on lib", "kernel", "ferroce / rxe", "ferroce / kernel", "lib / ferroce"
+      print "|-------|----------------------|------------|---------------|---------------|------------------|------------------|------------|-----------------|------------------|------------------|"
       nt = split("write_bw-65536 write_bw-4096 write_lat-2", order, " ")
       for (m in mtus) for (i = 1; i <= nt; i++) {
         t = order[i]; if (!(t in tests)) continue
         rr = median(m " " t " rxe-rxe"); fr = median(m " " t " ferroce-rxe"); ff = median(m " " t " ferroce-ferroce")
+        fu = median(m " " t " ferroce-rxe-udp"); if (fu != "") fu = sprintf("%.3g", fu)
         # The kernel: TCP (iperf3) beside bandwidth, UDP ping-pong (sockperf) beside latency.
         tcp = (t ~ /lat/) ? median(m " " t " udp-sockperf") : median(m " tcp tcp-iperf3")
         cc = median(m " " t " cabi-cabi")
@@ -78,7 +80,7 @@ table() {
         if (cc != "") cc = sprintf("%.3g", cc)
         lat = (t ~ /lat/)
         name = (t == "write_bw-65536") ? "WRITE 64 KiB, Gb/s" : (t == "write_bw-4096") ? "WRITE 4 KiB, Gb/s" : "WRITE 2 B, us typ."
-        printf "| %-5s | %-20s | %-10s | %-13s | %-16s | %-16s | %-10s | %-15s | %-16s | %-16s |\n", m, name, f(rr), f(fr), f(ff), f(cc),
+        printf "| %-5s | %-20s | %-10s | %-13s | %-13s | %-16s | %-16s | %-10s | %-15s | %-16s | %-16s |\n", m, name, f(rr), f(fr), f(fu), f(ff), f(cc),
           f(tcp), ratio(lat ? rr : ff, lat ? ff : rr), ratio(lat ? tcp : ff, lat ? ff : tcp), ratio(lat ? ff : cc, lat ? cc : ff)
       }
     }' "$2"
@@ -101,15 +103,15 @@ cpu_table() {
     function f(x) { return x == "" ? "-" : x }
     function ratio(a, b) { return (a + 0 > 0 && b + 0 > 0) ? sprintf("%.2fx", a / b) : "-" }
     END {
-      printf "| %-5s | %-20s | %-10s | %-13s | %-16s | %-16s | %-10s | %-15s |\n", "MTU", "CPU s per GB", "rxe<->rxe", "ferroce<->rxe", "ferroce<->ferroce", "perftest on lib", "TCP iperf3", "ferroce / TCP"
-      print "|-------|----------------------|------------|---------------|------------------|------------------|------------|-----------------|"
+      printf "| %-5s | %-20s | %-10s | %-13s | %-13s | %-16s | %-16s | %-10s | %-15s |\n", "MTU", "CPU s per GB", "rxe<->rxe", "ferroce<->rxe", "(udp)<->rxe", "ferroce<->ferroce", "perftest on lib", "TCP iperf3", "ferroce / TCP"
+      print "|-------|----------------------|------------|---------------|---------------|------------------|------------------|------------|-----------------|"
       for (m in mtus) {
         tcp = median(m " tcp tcp-iperf3")
         split("write_bw-65536 write_bw-4096", order, " ")
         for (i = 1; i <= 2; i++) {
           t = order[i]; ff = median(m " " t " ferroce-ferroce")
-          printf "| %-5s | %-20s | %-10s | %-13s | %-16s | %-16s | %-10s | %-15s |\n", m, (i == 1 ? "WRITE 64 KiB" : "WRITE 4 KiB"),
-            f(median(m " " t " rxe-rxe")), f(median(m " " t " ferroce-rxe")), f(ff), f(median(m " " t " cabi-cabi")), f(tcp), ratio(ff, tcp)
+          printf "| %-5s | %-20s | %-10s | %-13s | %-13s | %-16s | %-16s | %-10s | %-15s |\n", m, (i == 1 ? "WRITE 64 KiB" : "WRITE 4 KiB"),
+            f(median(m " " t " rxe-rxe")), f(median(m " " t " ferroce-rxe")), f(median(m " " t " ferroce-rxe-udp")), f(ff), f(median(m " " t " cabi-cabi")), f(tcp), ratio(ff, tcp)
         }
       }
     }' "$2"

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Guest side of scripts/bench.sh: inside the rxe VM, on one veth pair vethA/vethB, measures
 #   rxe <-> rxe           perftest on rxeA/rxeB (both in the initial namespace, policy routing)
-#   ferroce <-> rxe       ferroce on vethA (moved into netns "fa") against perftest on rxeB
+#   ferroce <-> rxe       ferroce on vethA (moved into netns "fa") against perftest on rxeB,
+#                         also with FERROCE_GSO=udp (UDP_SEGMENT super-packets)
 #   ferroce <-> ferroce   ferroce on vethA (netns fa) and on vethB (rxe removed)
 #   TCP                   iperf3 between the same two ends
 # with ib_write_bw / `ferroce perf write-bw` at 64 KiB and 4 KiB (-D seconds) and
@@ -29,6 +30,11 @@ for MTU in $MTUS; do
   ip -n fa link set lo up; ip -n fa addr add 10.77.0.1/24 dev vethA; ip -n fa link set vethA up
   for n in $(seq 1 50); do [ "$(cat /sys/class/net/vethB/operstate)" = up ] && break; sleep 0.1; done
   bench "$MTU" ferroce-rxe - "rxe rxeB $GB" fa "ferroce vethA" 10.77.0.2
+  # The same with super-packets through UDP sockets (FERROCE_GSO=udp: packet sockets
+  # cannot send UDP GSO before Linux 6.2); rxe's UDP socket gets them cut up.
+  export FERROCE_GSO=udp
+  bench "$MTU" ferroce-rxe-udp - "rxe rxeB $GB" fa "ferroce vethA" 10.77.0.2
+  unset FERROCE_GSO
   rdma link del rxeB
   ip netns add fb; ip link set vethB netns fb
   ip -n fb link set lo up; ip -n fb addr add 10.77.0.2/24 dev vethB; ip -n fb link set vethB up
