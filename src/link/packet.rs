@@ -210,15 +210,13 @@ impl PacketLink {
             let last = b.runs[end - 1];
             let count = last.first + last.count - first;
             let took = if self.socket.has_vnet() {
-                let plain: Vec<super::gso::Run> = (first..first + count)
-                    .map(|k| super::gso::Run {
-                        first: k,
-                        count: 1,
-                        ..Default::default()
-                    })
-                    .collect();
+                let mut plain = [super::gso::Run::default(); super::af_packet::MAX_BATCH];
+                for (j, p) in plain.iter_mut().enumerate().take(count) {
+                    p.first = first + j;
+                    p.count = 1;
+                }
                 self.socket
-                    .send_runs(&b.data, &mut b.headers, &b.lens[..n], &plain)?
+                    .send_runs(&b.data, &mut b.headers, &b.lens[..n], &plain[..count])?
             } else {
                 self.socket.send_slots(
                     &b.data,
@@ -272,13 +270,12 @@ impl PacketLink {
         let dst = std::net::Ipv4Addr::new(f[30], f[31], f[32], f[33]);
         let tos = f[15];
         let segment = (b.lens[run.first] - offsets[0]) as u16;
-        let iov: Vec<io::IoSlice<'_>> = (0..run.count)
-            .map(|k| {
-                let at = (run.first + k) * slot;
-                io::IoSlice::new(&b.data[at + offsets[k]..at + b.lens[run.first + k]])
-            })
-            .collect();
-        sock.send(dst, tos, segment, &iov)
+        let mut iov = [io::IoSlice::new(&[]); super::gso::MAX_SEGMENTS];
+        for (k, (v, offset)) in iov.iter_mut().zip(offsets).enumerate().take(run.count) {
+            let at = (run.first + k) * slot;
+            *v = io::IoSlice::new(&b.data[at + offset..at + b.lens[run.first + k]]);
+        }
+        sock.send(dst, tos, segment, &iov[..run.count])
     }
 
     /// Hands a received frame to `f`, or, for a UDP super-frame, each of its segments.
