@@ -60,7 +60,12 @@ fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
-fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
+pub(super) fn setsockopt<T>(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+) -> io::Result<()> {
     // SAFETY: `value` points to a live `T` of exactly the size passed; the kernel copies it.
     let ret = unsafe {
         libc::setsockopt(

@@ -71,12 +71,31 @@ fn join_from(
     lens: &[usize],
     i: usize,
 ) -> Option<(usize, VnetHdr, usize)> {
-    let frame = |k: usize| &data[k * slot..][..lens[k]];
-    let first = frame(i);
+    let first = &data[i * slot..][..lens[i]];
     if first.len() < ETH || !matches!([first[12], first[13]], [0x08, 0x00] | [0x86, 0xdd]) {
         return None;
     }
-    let head = RunHead::new(&first[ETH..])?;
+    let (head, count, payload) = longest_run(data, slot, lens, i)?;
+    let headers = ETH + head.header_len();
+    let start = i * slot;
+    head.make_super(&mut data[start + ETH..start + lens[i]], payload)
+        .ok()?;
+    let vnet = VnetHdr::udp_gso(headers, headers - 8, head.segment_size());
+    Some((count, vnet, headers))
+}
+
+/// The longest run of frames of one flow starting at frame `i` that cutting up gives back
+/// exactly (at least two frames): its head, how many frames, and its UDP payload bytes in
+/// all. `None` when frame `i` goes alone.
+fn longest_run(
+    data: &[u8],
+    slot: usize,
+    lens: &[usize],
+    i: usize,
+) -> Option<(RunHead, usize, usize)> {
+    let frame = |k: usize| &data[k * slot..][..lens[k]];
+    let first = frame(i);
+    let head = RunHead::new(first.get(ETH..)?)?;
     let headers = ETH + head.header_len();
     let mut payload = head.segment_size();
     let mut count = 1;
@@ -103,14 +122,7 @@ fn join_from(
             break;
         }
     }
-    if count < 2 {
-        return None;
-    }
-    let start = i * slot;
-    head.make_super(&mut data[start + ETH..start + lens[i]], payload)
-        .ok()?;
-    let vnet = VnetHdr::udp_gso(headers, headers - 8, head.segment_size());
-    Some((count, vnet, headers))
+    (count >= 2).then_some((head, count, payload))
 }
 
 /// Groups the frames of a batch into runs as [`plan`] does, for the UDP-socket way
@@ -126,42 +138,18 @@ pub fn plan_udp(
     own_mac: [u8; 6],
     out: &mut [Run],
 ) -> usize {
-    let frame = |k: usize| &data[k * slot..][..lens[k]];
     let mut runs = 0;
     let mut i = 0;
     while i < lens.len() {
-        let mut count = 1;
-        let first = frame(i);
-        let head = (first.len() > ETH + 20
+        let first = &data[i * slot..][..lens[i]];
+        let ipv4 = first.len() > ETH + 20
             && first[12..14] == [0x08, 0x00]
             && first[ETH] == 0x45
-            && first[..6] != own_mac)
-            .then(|| RunHead::new(&first[ETH..]))
-            .flatten();
-        if let Some(head) = head {
-            let mut payload = head.segment_size();
-            while i + count < lens.len() && count < MAX_SEGMENTS {
-                let next = frame(i + count);
-                if next.len() < ETH || next[..ETH] != first[..ETH] {
-                    break;
-                }
-                let Some(full) = head.accepts(&first[ETH..], &next[ETH..], count) else {
-                    break;
-                };
-                if !full && count == 1 && i + 2 < lens.len() && lens[i + 2] == lens[i + 1] {
-                    break;
-                }
-                let more = next.len() - ETH - head.header_len();
-                if head.header_len() + payload + more > 65535 - 40 {
-                    break;
-                }
-                payload += more;
-                count += 1;
-                if !full {
-                    break;
-                }
-            }
-        }
+            && first[..6] != own_mac;
+        let count = ipv4
+            .then(|| longest_run(data, slot, lens, i))
+            .flatten()
+            .map_or(1, |(_, count, _)| count);
         out[runs] = Run {
             first: i,
             count,

@@ -58,7 +58,12 @@ impl UdpSegmentSocket {
             return Err(io::Error::last_os_error());
         }
         let pmtudisc_do: libc::c_int = libc::IP_PMTUDISC_DO;
-        setsockopt(&fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, &pmtudisc_do)?;
+        super::af_packet::setsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            &pmtudisc_do,
+        )?;
         // Nothing is ever read from it: a small receive buffer bounds what strays hold.
         let _ = sockopt::set_socket_recv_buffer_size(&fd, 1);
         bind(&fd, &SocketAddr::V4(SocketAddrV4::new(addr, 0)))?;
@@ -142,24 +147,6 @@ impl UdpSegmentSocket {
             Some(libc::EAGAIN | libc::ENOBUFS) => Ok(false),
             _ => Err(e),
         }
-    }
-}
-
-fn setsockopt<T>(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
-    // SAFETY: `value` points to a live `T` of exactly the size passed; the kernel copies it.
-    let ret = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            (value as *const T).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if ret < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
     }
 }
 
