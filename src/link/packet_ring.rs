@@ -119,7 +119,21 @@ impl std::fmt::Debug for Rings {
 }
 
 fn setsockopt<T>(fd: RawFd, name: libc::c_int, value: &T) -> io::Result<()> {
-    super::af_packet::setsockopt(fd, libc::SOL_PACKET, name, value)
+    // SAFETY: `value` points to a live `T` of exactly the size passed; the kernel copies it.
+    let ret = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_PACKET,
+            name,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
 }
 
 impl Rings {
