@@ -15,7 +15,7 @@ use crate::cq::CqTable;
 use crate::dcqcn::{DcqcnConfig, DcqcnState, ECN_CE};
 use crate::error::{Error, Result};
 use crate::memory::{OwnedMemory, RegionMemory};
-use crate::mr::{Access, MrInfo, MrTable};
+use crate::mr::{Access, MrInfo, MrTable, MwId, MwType};
 use crate::qp::{CnpOut, Ctx, Qp, Rx};
 use crate::qpn::QpnSpace;
 use crate::random::{seeded_fill, FillRandom, Random};
@@ -266,7 +266,8 @@ impl Endpoint {
         let all = Access::LOCAL_WRITE
             | Access::REMOTE_WRITE
             | Access::REMOTE_READ
-            | Access::REMOTE_ATOMIC;
+            | Access::REMOTE_ATOMIC
+            | Access::MW_BIND;
         if !access.difference(all).is_empty()
             || (access.intersects(Access::REMOTE_WRITE | Access::REMOTE_ATOMIC)
                 && !access.contains(Access::LOCAL_WRITE))
@@ -279,9 +280,43 @@ impl Endpoint {
     }
 
     /// Deregisters a region: from now on the endpoint never touches its memory, which is
-    /// returned.
+    /// returned. A region a memory window is bound to stays (`MrInUse`), as in rxe.
     pub fn dereg_mr(&mut self, lkey: u32) -> Result<Arc<dyn RegionMemory>> {
+        if self.mrs.has_windows(lkey) {
+            return Err(Error::MrInUse);
+        }
         self.mrs.deregister(lkey).ok_or(Error::InvalidKey(lkey))
+    }
+
+    /// Whether a bound memory window opens onto region `lkey` (then `dereg_mr` refuses).
+    pub fn mr_has_windows(&self, lkey: u32) -> bool {
+        self.mrs.has_windows(lkey)
+    }
+
+    /// Allocates a memory window in `pd`: its id and first R_Key (see [`MwBind`]).
+    ///
+    /// [`MwBind`]: crate::MwBind
+    pub fn alloc_mw(&mut self, pd: PdId, kind: MwType) -> Result<(MwId, u32)> {
+        if !self.mrs.pd_exists(pd) {
+            return Err(Error::InvalidPd);
+        }
+        self.mrs
+            .alloc_mw(pd, kind, &mut self.random)
+            .ok_or(Error::OutOfResources)
+    }
+
+    /// Frees a memory window, bound or not: its R_Key stops working at once.
+    pub fn dealloc_mw(&mut self, mw: MwId) -> Result<()> {
+        if self.mrs.dealloc_mw(mw) {
+            Ok(())
+        } else {
+            Err(Error::InvalidMw)
+        }
+    }
+
+    /// The protection domain, type and current R_Key of a memory window.
+    pub fn mw_info(&self, mw: MwId) -> Option<(PdId, MwType, u32)> {
+        self.mrs.mw_info(mw)
     }
 
     /// Registration info of a region.

@@ -25,6 +25,10 @@ pub enum Error {
     InvalidQp(u32),
     /// No such memory region key.
     InvalidKey(u32),
+    /// The memory region has memory windows bound to it.
+    MrInUse,
+    /// No such memory window.
+    InvalidMw,
     /// An access flag combination verbs refuses (remote write/atomic need local write).
     InvalidAccess,
     /// The requested state change is not in the QP state table.
@@ -88,6 +92,8 @@ impl fmt::Display for Error {
             Error::SrqInUse => write!(f, "shared receive queue in use by a QP"),
             Error::InvalidQp(n) => write!(f, "no QP {n:#x}"),
             Error::InvalidKey(k) => write!(f, "no memory region with key {k:#x}"),
+            Error::MrInUse => write!(f, "memory region has memory windows bound to it"),
+            Error::InvalidMw => write!(f, "no such memory window"),
             Error::InvalidAccess => write!(f, "invalid access flags"),
             Error::InvalidTransition { from, to } => {
                 write!(f, "invalid QP transition {from:?} -> {to:?}")

@@ -19,6 +19,8 @@ macro_rules! flags {
             pub const fn intersects(self, other: Self) -> bool { self.0 & other.0 != 0 }
             /// Union.
             pub const fn union(self, other: Self) -> Self { $name(self.0 | other.0) }
+            /// Flags set in both.
+            pub const fn intersection(self, other: Self) -> Self { $name(self.0 & other.0) }
             /// Flags of `self` not in `other`.
             pub const fn difference(self, other: Self) -> Self { $name(self.0 & !other.0) }
             /// True when no flag is set.

@@ -15,6 +15,10 @@ use crate::memory::RegionMemory;
 use crate::random::Random;
 use crate::sge::{PdId, Sge};
 
+mod mw;
+use mw::Window;
+pub use mw::{MwBind, MwId, MwType};
+
 flags! {
     /// Memory and QP access rights (ibv_access_flags, same bit values).
     Access: u32 {
@@ -26,6 +30,8 @@ flags! {
         REMOTE_READ = 1 << 2;
         /// Peers may perform atomics.
         REMOTE_ATOMIC = 1 << 3;
+        /// Memory windows may be bound to the region (regions only).
+        MW_BIND = 1 << 4;
     }
 }
 
@@ -53,6 +59,10 @@ pub enum MrError {
     AccessDenied(Access),
     /// An atomic target that is not 8-byte aligned.
     Misaligned(u64),
+    /// A memory window key used by a QP other than the one the window is bound to.
+    WrongQp(u32),
+    /// A memory window bind the IB spec forbids; the text says which rule.
+    BindRefused(&'static str),
 }
 
 impl core::fmt::Display for MrError {
@@ -72,6 +82,8 @@ impl core::fmt::Display for MrError {
             }
             MrError::AccessDenied(a) => write!(f, "access {:#x} not granted", a.0),
             MrError::Misaligned(a) => write!(f, "atomic address {a:#x} is not 8-byte aligned"),
+            MrError::WrongQp(k) => write!(f, "memory window {k:#x} is bound to another QP"),
+            MrError::BindRefused(why) => write!(f, "memory window bind refused: {why}"),
         }
     }
 }
@@ -91,11 +103,12 @@ pub struct MrInfo {
     pub len: u64,
 }
 
-/// Whether a key came from the local side (lkey) or over the wire (rkey).
+/// Whether a key came from the local side (lkey) or over the wire (rkey), and then on
+/// which QP (a type 2 memory window answers only the QP it is bound to).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum KeyKind {
     Local,
-    Remote,
+    Remote { qpn: u32 },
 }
 
 #[derive(Debug)]
@@ -154,6 +167,10 @@ pub struct MrTable {
     /// a peer cannot derive one from another or from the order of registration.
     keys: HashMap<u32, usize, BuildHasherDefault<KeyHasher>>,
     pds: Vec<bool>,
+    /// Memory windows by index (their R_Key without its low 8 bits, which a bind
+    /// changes). No region key shares its upper 24 bits with a live window's index, so
+    /// a key names at most one of the two.
+    windows: HashMap<u32, Window, BuildHasherDefault<KeyHasher>>,
 }
 
 impl MrTable {
@@ -167,7 +184,7 @@ impl MrTable {
     }
 
     pub(crate) fn pd_in_use(&self, pd: PdId) -> bool {
-        self.slots.iter().flatten().any(|m| m.pd == pd)
+        self.slots.iter().flatten().any(|m| m.pd == pd) || self.windows.values().any(|w| w.pd == pd)
     }
 
     pub(crate) fn dealloc_pd(&mut self, pd: PdId) {
@@ -193,9 +210,9 @@ impl MrTable {
             None => self.random_iova(len, rng)?,
         };
         iova.checked_add(len)?;
-        let key = (0..DRAWS)
-            .map(|_| rng.u32())
-            .find(|k| *k != 0 && !self.keys.contains_key(k))?;
+        let key = (0..DRAWS).map(|_| rng.u32()).find(|k| {
+            *k != 0 && !self.keys.contains_key(k) && !self.windows.contains_key(&(k >> 8))
+        })?;
         let slot = match self.slots.iter().position(Option::is_none) {
             Some(s) => s,
             None => {
@@ -252,18 +269,25 @@ impl MrTable {
         self.slots.get_mut(slot)?.as_mut()
     }
 
-    /// Removes a region; its memory is returned.
+    /// Removes a region; its memory is returned. A region under a bound memory window
+    /// stays (the caller checks [`MrTable::has_windows`] first).
     pub(crate) fn deregister(&mut self, lkey: u32) -> Option<Arc<dyn RegionMemory>> {
+        if self.has_windows(lkey) {
+            return None;
+        }
         let slot = self.keys.remove(&lkey)?;
         self.slots.get_mut(slot)?.take().map(|m| m.mem)
     }
 
-    /// A peer's SEND with invalidate names `rkey`. Every region ferroce has is an
-    /// ordinary MR, which (as in rxe and the spec's remote invalidation of memory windows
-    /// and fast-registration regions only) a peer may not invalidate: otherwise any peer
-    /// could revoke any region of the PD, advertised or not. Always refused; the reason
-    /// says what the key named.
-    pub(crate) fn invalidate(&mut self, pd: PdId, rkey: u32) -> Result<(), MrError> {
+    /// A peer's SEND with invalidate, received on QP `qpn`, names `rkey`. Only a type 2
+    /// memory window bound to that QP may be invalidated; an ordinary region (as in rxe
+    /// and the spec, which lets peers invalidate memory windows and fast-registration
+    /// regions only) may not: otherwise any peer could revoke any region of the PD,
+    /// advertised or not. The error says what the key named.
+    pub(crate) fn invalidate(&mut self, pd: PdId, qpn: u32, rkey: u32) -> Result<(), MrError> {
+        if self.windows.contains_key(&(rkey >> 8)) && !self.keys.contains_key(&rkey) {
+            return self.invalidate_window(pd, Some(qpn), rkey);
+        }
         let mr = self.get_mut(rkey).ok_or(MrError::InvalidKey(rkey))?;
         if mr.pd != pd {
             return Err(MrError::PdMismatch);
@@ -300,7 +324,12 @@ impl MrTable {
         len: u64,
         need: Access,
     ) -> Result<Checked, MrError> {
-        let slot = self.slot_of(key).ok_or(MrError::InvalidKey(key))?;
+        let Some(slot) = self.slot_of(key) else {
+            return match kind {
+                KeyKind::Remote { qpn } => self.check_window(key, qpn, pd, addr, len, need),
+                KeyKind::Local => Err(MrError::InvalidKey(key)),
+            };
+        };
         let mr = self.get(key).ok_or(MrError::InvalidKey(key))?;
         if mr.invalidated {
             return Err(MrError::Invalidated(key));
@@ -308,7 +337,7 @@ impl MrTable {
         if mr.pd != pd {
             return Err(MrError::PdMismatch);
         }
-        if kind == KeyKind::Remote && need.is_empty() {
+        if matches!(kind, KeyKind::Remote { .. }) && need.is_empty() {
             // Remote access always names a right; refuse a caller bug rather than allow.
             return Err(MrError::AccessDenied(need));
         }
@@ -385,6 +414,7 @@ impl MrTable {
     pub(crate) fn atomic(
         &self,
         rkey: u32,
+        qpn: u32,
         pd: PdId,
         addr: u64,
         op: AtomicOp,
@@ -392,7 +422,8 @@ impl MrTable {
         if addr % 8 != 0 {
             return Err(MrError::Misaligned(addr));
         }
-        let c = self.check(rkey, KeyKind::Remote, pd, addr, 8, Access::REMOTE_ATOMIC)?;
+        let remote = KeyKind::Remote { qpn };
+        let c = self.check(rkey, remote, pd, addr, 8, Access::REMOTE_ATOMIC)?;
         self.memory_of(c)?
             .atomic_at(c.offset, op)
             .ok_or(MrError::OutOfBounds { addr, len: 8 })
@@ -569,16 +600,31 @@ mod tests {
             Err(MrError::OutOfBounds { .. })
         ));
         assert!(matches!(
-            t.check(k, KeyKind::Remote, pd, u64::MAX, 2, Access::REMOTE_READ),
+            t.check(
+                k,
+                KeyKind::Remote { qpn: 1 },
+                pd,
+                u64::MAX,
+                2,
+                Access::REMOTE_READ
+            ),
             Err(MrError::OutOfBounds { .. })
         ));
         assert_eq!(
-            t.check(k, KeyKind::Remote, pd, 0x1000, 8, Access::REMOTE_WRITE)
-                .unwrap_err(),
+            t.check(
+                k,
+                KeyKind::Remote { qpn: 1 },
+                pd,
+                0x1000,
+                8,
+                Access::REMOTE_WRITE
+            )
+            .unwrap_err(),
             MrError::AccessDenied(Access::REMOTE_WRITE)
         );
         assert_eq!(
-            t.atomic(k, pd, 0x1000, AtomicOp::FetchAdd(1)).unwrap_err(),
+            t.atomic(k, 1, pd, 0x1000, AtomicOp::FetchAdd(1))
+                .unwrap_err(),
             MrError::AccessDenied(Access::REMOTE_ATOMIC)
         );
         // Deregistration makes the key stale; a new region in the slot gets a new key.
@@ -611,13 +657,17 @@ mod tests {
             )
             .unwrap();
         assert_eq!(
-            t.atomic(mr.rkey, pd, 0x2004, AtomicOp::FetchAdd(1)),
+            t.atomic(mr.rkey, 1, pd, 0x2004, AtomicOp::FetchAdd(1)),
             Err(MrError::Misaligned(0x2004))
         );
-        assert_eq!(t.atomic(mr.rkey, pd, 0x2008, AtomicOp::FetchAdd(5)), Ok(0));
+        assert_eq!(
+            t.atomic(mr.rkey, 1, pd, 0x2008, AtomicOp::FetchAdd(5)),
+            Ok(0)
+        );
         assert_eq!(
             t.atomic(
                 mr.rkey,
+                1,
                 pd,
                 0x2008,
                 AtomicOp::CmpSwp {
@@ -630,10 +680,13 @@ mod tests {
         assert_eq!(&bytes(&t, mr.lkey)[8..], &9u64.to_le_bytes());
         // A peer cannot invalidate an ordinary region: it keeps working.
         assert_eq!(
-            t.invalidate(pd, mr.rkey),
+            t.invalidate(pd, 1, mr.rkey),
             Err(MrError::NotInvalidatable(mr.rkey))
         );
-        assert_eq!(t.atomic(mr.rkey, pd, 0x2008, AtomicOp::FetchAdd(1)), Ok(9));
+        assert_eq!(
+            t.atomic(mr.rkey, 1, pd, 0x2008, AtomicOp::FetchAdd(1)),
+            Ok(9)
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use core::net::Ipv6Addr;
 
 use crate::flags::flags;
-use crate::mr::Access;
+use crate::mr::{Access, MwBind};
 pub use crate::sge::{PdId, Sge};
 
 /// Transport service of a QP.
@@ -313,6 +313,10 @@ pub enum WrOpcode {
     AtomicCmpSwp,
     /// 64-bit fetch-and-add of `compare_add` at `remote_addr`.
     AtomicFetchAdd,
+    /// Binds the memory window of `bind_mw` (a local operation: no packet).
+    BindMw,
+    /// Unbinds the type 2 memory window whose R_Key is `invalidate_rkey` (local).
+    LocalInv,
 }
 
 impl WrOpcode {
@@ -326,6 +330,10 @@ impl WrOpcode {
     /// True for the atomics.
     pub const fn is_atomic(self) -> bool {
         matches!(self, WrOpcode::AtomicCmpSwp | WrOpcode::AtomicFetchAdd)
+    }
+    /// True for operations on this endpoint's own memory table that send nothing.
+    pub const fn is_local(self) -> bool {
+        matches!(self, WrOpcode::BindMw | WrOpcode::LocalInv)
     }
 }
 
@@ -378,7 +386,7 @@ pub struct SendWr {
     pub flags: SendFlags,
     /// Immediate data for *_WITH_IMM, in the byte order it goes on the wire.
     pub imm_data: u32,
-    /// R_Key to invalidate for `SendWithInv`.
+    /// R_Key to invalidate for `SendWithInv` (at the responder) and `LocalInv` (here).
     pub invalidate_rkey: u32,
     /// Remote address for RDMA and atomics.
     pub remote_addr: u64,
@@ -390,6 +398,8 @@ pub struct SendWr {
     pub swap: u64,
     /// UD destination; required on UD QPs, ignored elsewhere.
     pub ud: Option<UdDest>,
+    /// The bind of a `BindMw` work request.
+    pub bind_mw: Option<MwBind>,
 }
 
 /// A receive work request (ibv_recv_wr).
@@ -416,7 +426,7 @@ pub enum WcStatus {
     LocProtErr = 4,
     /// Flushed: the QP entered ERR first.
     WrFlushErr = 5,
-    /// Memory window bind error (unused).
+    /// Memory window bind error: a bind or local invalidation the spec forbids.
     MwBindErr = 6,
     /// Bad response: unexpected opcode or length.
     BadRespErr = 7,
@@ -463,6 +473,10 @@ pub enum WcOpcode {
     CompSwap = 3,
     /// A fetch-and-add.
     FetchAdd = 4,
+    /// A memory window bind.
+    BindMw = 5,
+    /// A local invalidation.
+    LocalInv = 6,
     /// A received SEND.
     Recv = 128,
     /// A received RDMA WRITE with immediate data.
@@ -477,6 +491,8 @@ impl From<WrOpcode> for WcOpcode {
             WrOpcode::RdmaRead => WcOpcode::RdmaRead,
             WrOpcode::AtomicCmpSwp => WcOpcode::CompSwap,
             WrOpcode::AtomicFetchAdd => WcOpcode::FetchAdd,
+            WrOpcode::BindMw => WcOpcode::BindMw,
+            WrOpcode::LocalInv => WcOpcode::LocalInv,
         }
     }
 }

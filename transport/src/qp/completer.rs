@@ -105,6 +105,11 @@ impl Qp {
         let mut progress = false;
         let mut outcome = AckOutcome::Done;
         while let Some(w) = self.sq.front() {
+            if w.wr.opcode.is_local() && w.assigned && w.local_err.is_none() {
+                // Took effect when the requester reached it; it needed no ACK.
+                self.complete_front(ctx, WcStatus::Success);
+                continue;
+            }
             let fully_sent = w.sent_all;
             let started = w.assigned;
             if w.local_err.is_some() {

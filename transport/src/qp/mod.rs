@@ -573,6 +573,18 @@ impl Qp {
         }
     }
 
+    /// Completes the local operations (binds, invalidations) that took effect and are
+    /// now the oldest WQEs: they wait for nothing but their predecessors.
+    pub(crate) fn complete_local_ops(&mut self, ctx: &mut Ctx<'_>) {
+        while self
+            .sq
+            .front()
+            .is_some_and(|w| w.wr.opcode.is_local() && w.assigned && w.local_err.is_none())
+        {
+            self.complete_front(ctx, WcStatus::Success);
+        }
+    }
+
     /// Send WQEs posted and not completed yet.
     pub(crate) fn sq_outstanding(&self) -> usize {
         self.sq.len()

@@ -28,11 +28,20 @@ impl Qp {
         if self.sq.len() >= self.cap.max_send_wr as usize {
             return Err(Error::QueueFull);
         }
-        let inline = wr.flags.contains(SendFlags::INLINE);
-        if wr.sg_list.len() > self.cap.max_send_sge as usize && !inline {
+        let local = wr.opcode.is_local();
+        // A local operation carries no data: its gather list and INLINE flag mean nothing.
+        let inline = wr.flags.contains(SendFlags::INLINE) && !local;
+        if wr.sg_list.len() > self.cap.max_send_sge as usize && !inline && !local {
             return Err(Error::TooManySge);
         }
-        let len = crate::mr::sge_total(&wr.sg_list).ok_or(Error::MessageTooLarge)?;
+        let len = if local {
+            0
+        } else {
+            crate::mr::sge_total(&wr.sg_list).ok_or(Error::MessageTooLarge)?
+        };
+        if wr.opcode == Op::BindMw && wr.bind_mw.is_none() {
+            return Err(Error::InvalidWr("BIND_MW without a bind"));
+        }
         if len > 1 << 31 {
             return Err(Error::MessageTooLarge);
         }
@@ -81,7 +90,7 @@ impl Qp {
             None
         };
         let mut stored = wr.clone();
-        if inline {
+        if inline || local {
             stored.sg_list.clear();
         }
         self.sq.push_back(SendWqe {

@@ -169,12 +169,14 @@ impl Qp {
         if self.timers.is_armed(Timer::RnrWait) {
             return None;
         }
+        self.run_local_ops(ctx);
         let idx = self.req.idx;
         let mtu = self.mtu();
         let resending = self.req.next_psn.before(self.req.first_unsent_psn);
         let wqe = self.sq.get(idx)?;
-        if wqe.local_err.is_some() {
-            // Waits for the WQEs before it to complete; then it fails in order.
+        if wqe.local_err.is_some() || wqe.wr.opcode.is_local() {
+            // A failed WQE waits for the WQEs before it to complete, then fails in order;
+            // a local operation still here waits for a fence or SQD to end.
             return None;
         }
         let op = wqe.wr.opcode;
@@ -229,6 +231,57 @@ impl Qp {
         Some(idx)
     }
 
+    /// Local operations (memory window binds, local invalidations) at the requester's
+    /// position take effect now, in send-queue order: after every WQE before them was
+    /// sent, before any after them is. They send nothing and consume no PSN; each
+    /// completes once everything before it has. A go-back-N rewind passes over them
+    /// (`assigned`): they take effect once.
+    fn run_local_ops(&mut self, ctx: &mut Ctx<'_>) {
+        while let Some(w) = self.sq.get(self.req.idx) {
+            if !w.wr.opcode.is_local() || self.req.offset != 0 || w.local_err.is_some() {
+                break;
+            }
+            if !w.assigned {
+                if self.state() == QpState::Sqd {
+                    break;
+                }
+                let fenced = w.wr.flags.contains(SendFlags::FENCE)
+                    && self
+                        .sq
+                        .iter()
+                        .take(self.req.idx)
+                        .any(|e| e.wr.opcode.is_read_or_atomic());
+                if fenced {
+                    break;
+                }
+                let (res, fail) = match (w.wr.opcode, &w.wr.bind_mw) {
+                    (WrOpcode::BindMw, Some(b)) => (
+                        ctx.mrs.bind_mw(self.pd, self.qpn, b).map(|_| ()),
+                        WcStatus::MwBindErr,
+                    ),
+                    _ => (
+                        ctx.mrs
+                            .invalidate_window(self.pd, None, w.wr.invalidate_rkey),
+                        WcStatus::LocQpOpErr,
+                    ),
+                };
+                if let Err(e) = res {
+                    tracing::debug!(qpn = self.qpn, wr_id = w.wr.wr_id, %e, "local operation failed");
+                    self.local_error(ctx, fail);
+                    return;
+                }
+                let psn = self.req.next_psn;
+                let w = &mut self.sq[self.req.idx];
+                w.first_psn = psn;
+                w.npkts = 0;
+                w.assigned = true;
+                w.sent_all = true;
+            }
+            self.req.idx += 1;
+        }
+        self.complete_local_ops(ctx);
+    }
+
     /// Headers: the BTH and extension headers, addresses and payload length of the next
     /// packet of WQE `idx`; `None` when it cannot be addressed (no UD destination or
     /// source GID).
@@ -266,6 +319,8 @@ impl Qp {
                 });
                 (Operation::RdmaReadRequest, 0, w.npkts - k)
             }
+            // Never here: `decide` does not pick local operations.
+            WrOpcode::BindMw | WrOpcode::LocalInv => return None,
             WrOpcode::AtomicCmpSwp | WrOpcode::AtomicFetchAdd => {
                 ext.atomic_eth = Some(AtomicEthRepr {
                     va: w.wr.remote_addr,
@@ -440,6 +495,7 @@ impl Qp {
                 if req.end {
                     self.comp.set_oldest_unacked_psn(self.req.next_psn);
                     self.complete_front(ctx, WcStatus::Success);
+                    self.complete_local_ops(ctx);
                 }
             }
         }

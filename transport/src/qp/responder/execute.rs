@@ -66,6 +66,12 @@ impl Qp {
         }
     }
 
+    /// How this QP's responder presents R_Keys to the memory table (a type 2 memory
+    /// window answers only the QP it is bound to).
+    pub(super) fn remote_key(&self) -> KeyKind {
+        KeyKind::Remote { qpn: self.qpn }
+    }
+
     /// The one R_Key check of WRITE and READ: `rkey` grants `right` over `len` bytes at
     /// `va` in this QP's PD. A zero-length request names no memory and is not checked
     /// (C9-88).
@@ -81,7 +87,7 @@ impl Qp {
             return Ok(());
         }
         ctx.mrs
-            .check(rkey, KeyKind::Remote, self.pd, va, u64::from(len), right)
+            .check(rkey, self.remote_key(), self.pd, va, u64::from(len), right)
             .map(|_| ())
             .map_err(|e| {
                 tracing::debug!(qpn = self.qpn, %e, ?right, "remote access refused");
@@ -126,7 +132,7 @@ impl Qp {
         let mut flags = WcFlags::empty();
         let mut inv_rkey = 0;
         if let Some(ieth) = rx.ext.ieth {
-            if let Err(e) = ctx.mrs.invalidate(self.pd, ieth.rkey) {
+            if let Err(e) = ctx.mrs.invalidate(self.pd, self.qpn, ieth.rkey) {
                 ctx.counters.rx_invalidate_refused += 1;
                 tracing::debug!(qpn = self.qpn, %e, "invalidate refused");
                 return Err(Refuse::Nak(
@@ -196,7 +202,7 @@ impl Qp {
             ctx.mrs
                 .write(
                     rkey,
-                    KeyKind::Remote,
+                    self.remote_key(),
                     self.pd,
                     at,
                     Access::REMOTE_WRITE,
@@ -290,10 +296,13 @@ impl Qp {
         } else {
             AtomicOp::FetchAdd(a.swap_add)
         };
-        let orig = ctx.mrs.atomic(a.rkey, self.pd, a.va, aop).map_err(|e| {
-            tracing::debug!(qpn = self.qpn, %e, "atomic refused");
-            Refuse::Nak(NakCode::RemoteAccessError, None)
-        })?;
+        let orig = ctx
+            .mrs
+            .atomic(a.rkey, self.qpn, self.pd, a.va, aop)
+            .map_err(|e| {
+                tracing::debug!(qpn = self.qpn, %e, "atomic refused");
+                Refuse::Nak(NakCode::RemoteAccessError, None)
+            })?;
         let psn = rx.bth.psn;
         let age = self.resp.next_age();
         let slot = self.resp.free_resource();

@@ -9,7 +9,7 @@ use ferroce_wire::{
 };
 
 use super::{ReadRes, Resource, RespOut};
-use crate::mr::{Access, KeyKind};
+use crate::mr::Access;
 use crate::qp::requester::{packets, position};
 use crate::qp::{Ctx, Qp};
 use crate::tx::{ip_udp_len, write_ib, TxMeta};
@@ -91,6 +91,7 @@ impl Qp {
                     Opcode::lookup(Service::Rc, Operation::RdmaReadResponse, pos, false, false)?;
                 let bth = BthRepr::new(opcode, dest_qp, next_psn);
                 let pd = self.pd;
+                let key_kind = self.remote_key();
                 let at = va.wrapping_add(off);
                 let r = write_ib(out, bth, ext, plen as usize, |o| {
                     if o.is_empty() {
@@ -98,8 +99,7 @@ impl Qp {
                         // checked (C9-88) and are not used.
                         return Ok(());
                     }
-                    ctx.mrs
-                        .read(rkey, KeyKind::Remote, pd, at, Access::REMOTE_READ, o)
+                    ctx.mrs.read(rkey, key_kind, pd, at, Access::REMOTE_READ, o)
                 });
                 match r {
                     Ok(Some(n)) => {
