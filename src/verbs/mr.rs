@@ -109,6 +109,15 @@ macro_rules! region_accessors {
         pub fn sge(&self, offset: usize, len: usize) -> Sge {
             self.reg.sge(offset, len)
         }
+        /// Whether a memory window is bound to the region: deregistering it fails
+        /// until the window is unbound, invalidated or freed.
+        pub fn has_windows(&self) -> bool {
+            self.reg
+                .ctx
+                .shared()
+                .endpoint()
+                .mr_has_windows(self.reg.info.lkey)
+        }
     };
 }
 

@@ -41,6 +41,11 @@ impl ProtectionDomain {
         self.ctx.shared().endpoint().pd_in_use(self.id)
     }
 
+    /// Allocates a memory window of `kind` in this PD.
+    pub fn alloc_mw(&self, kind: ferroce_transport::MwType) -> Result<super::MemoryWindow, Error> {
+        super::MemoryWindow::alloc(self, kind)
+    }
+
     /// Creates a QP of `qp_type` on the given CQs.
     pub fn create_qp(
         &self,
