@@ -502,11 +502,8 @@ fn an_extended_qp_posts_with_the_work_request_builder() {
         };
         a.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
         a.pd = pd;
-        a.send_ops_flags = (IBV_QP_EX_WITH_BIND_MW) as u64;
-        assert!(
-            create_qp_ex(ctx, &mut a).is_null(),
-            "memory windows are refused"
-        );
+        a.send_ops_flags = (IBV_QP_EX_WITH_TSO) as u64;
+        assert!(create_qp_ex(ctx, &mut a).is_null(), "TSO is refused");
         a.send_ops_flags = (IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND) as u64;
         let q1 = create_qp_ex(ctx, &mut a);
         a.comp_mask = IBV_QP_INIT_ATTR_PD;
@@ -566,6 +563,135 @@ fn an_extended_qp_posts_with_the_work_request_builder() {
         assert_eq!(ibv_destroy_cq(cq), 0);
         assert_eq!(ibv_dereg_mr(smr), 0);
         assert_eq!(ibv_dereg_mr(dmr), 0);
+        assert_eq!(ibv_dealloc_pd(pd), 0);
+        assert_eq!(ibv_close_device(ctx), 0);
+    }
+}
+
+/// Polls one completion of any status.
+unsafe fn one_completion(ctx: *mut ibv_context, cq: *mut ibv_cq) -> ibv_wc {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        assert!(std::time::Instant::now() < deadline, "no completion");
+        // SAFETY: live objects; room for one completion.
+        unsafe {
+            let mut wc: ibv_wc = std::mem::zeroed();
+            if ((*ctx).ops.poll_cq.unwrap())(cq, 1, &mut wc) == 1 {
+                return wc;
+            }
+        }
+    }
+}
+
+#[test]
+fn memory_windows_open_and_close_remote_access_through_the_ops_table() {
+    let (ctx, _peer) = memory_device();
+    let mut src = vec![0x5au8; 64];
+    let mut dst = vec![0u8; 256];
+    let qp_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+    // SAFETY: valid calls on live objects, then hostile ones; the buffers outlive
+    // their registrations.
+    unsafe {
+        let ops = &(*ctx).ops;
+        let (alloc, dealloc, bind) = (
+            ops.alloc_mw.unwrap(),
+            ops.dealloc_mw.unwrap(),
+            ops.bind_mw.unwrap(),
+        );
+        let pd = ibv_alloc_pd(ctx);
+        assert!(alloc(null_mut(), IBV_MW_TYPE_1).is_null());
+        assert!(alloc(pd, 3).is_null(), "type 3 does not exist");
+        assert_eq!(errno(), libc::EINVAL);
+        let smr = ibv_reg_mr(
+            pd,
+            src.as_mut_ptr().cast(),
+            64,
+            IBV_ACCESS_LOCAL_WRITE as c_int,
+        );
+        let dmr = ibv_reg_mr(
+            pd,
+            dst.as_mut_ptr().cast(),
+            256,
+            (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND) as c_int,
+        );
+        let cq = ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0);
+        let mut init: ibv_qp_init_attr = std::mem::zeroed();
+        init.send_cq = cq;
+        init.recv_cq = cq;
+        init.qp_type = IBV_QPT_RC;
+        init.cap = ibv_qp_cap {
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let q1 = ibv_create_qp(pd, &mut init);
+        let q2 = ibv_create_qp(pd, &mut init);
+        connect(ctx, q1, (*q2).qp_num, qp_access);
+        connect(ctx, q2, (*q1).qp_num, qp_access);
+
+        // Type 1: ibv_bind_mw posts the bind and shows the window's next key.
+        let mw = alloc(pd, IBV_MW_TYPE_1);
+        assert!(!mw.is_null());
+        let key0 = (*mw).rkey;
+        let mut b: ibv_mw_bind = std::mem::zeroed();
+        b.wr_id = 9;
+        b.send_flags = IBV_SEND_SIGNALED;
+        b.bind_info = ibv_mw_bind_info {
+            mr: dmr,
+            addr: dst.as_ptr() as u64 + 128,
+            length: 64,
+            mw_access_flags: IBV_ACCESS_REMOTE_WRITE,
+        };
+        assert_eq!(bind(q2, mw, &mut b), 0);
+        assert_eq!((*mw).rkey, (key0 & !0xff) | (key0.wrapping_add(1) & 0xff));
+        let wc = one_completion(ctx, cq);
+        assert_eq!(
+            (wc.wr_id, wc.status, wc.opcode),
+            (9, IBV_WC_SUCCESS, IBV_WC_BIND_MW)
+        );
+        assert_eq!(ibv_dereg_mr(dmr), libc::EBUSY, "a window is bound to it");
+
+        let write = |rkey: u32, at: u64| {
+            let mut sge = ibv_sge {
+                addr: src.as_ptr() as u64,
+                length: 64,
+                lkey: (*smr).lkey,
+            };
+            let mut wr: ibv_send_wr = std::mem::zeroed();
+            wr.wr_id = 1;
+            wr.sg_list = &mut sge;
+            wr.num_sge = 1;
+            wr.opcode = IBV_WR_RDMA_WRITE;
+            wr.send_flags = IBV_SEND_SIGNALED;
+            wr.wr.rdma = ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
+                remote_addr: at,
+                rkey,
+            };
+            let mut bad = null_mut();
+            assert_eq!(((*ctx).ops.post_send.unwrap())(q1, &mut wr, &mut bad), 0);
+            one_completion(ctx, cq).status
+        };
+        assert_eq!(write((*mw).rkey, dst.as_ptr() as u64 + 128), IBV_WC_SUCCESS);
+        assert_eq!(dst[128..192], [0x5a; 64]);
+        assert_eq!(dst[..128], [0; 128]);
+        // Hostile and stale uses: NULL and freed windows, a bind with a bad region.
+        assert_eq!(bind(q2, null_mut(), &mut b), libc::EINVAL);
+        assert_eq!(bind(q2, mw, null_mut()), libc::EINVAL);
+        b.bind_info.mr = 0x1000 as *mut ibv_mr;
+        assert_eq!(bind(q2, mw, &mut b), libc::EINVAL);
+        let old = (*mw).rkey;
+        assert_eq!(dealloc(mw), 0);
+        assert_eq!(dealloc(mw), libc::EINVAL, "double free");
+        assert_eq!(bind(q2, mw, &mut b), libc::EINVAL, "use after free");
+        assert_eq!(ibv_dereg_mr(dmr), 0, "no window holds it now");
+        // The freed window's key opens nothing: the WRITE fails remotely.
+        assert_eq!(write(old, dst.as_ptr() as u64 + 128), IBV_WC_REM_ACCESS_ERR);
+        assert_eq!(ibv_destroy_qp(q1), 0);
+        assert_eq!(ibv_destroy_qp(q2), 0);
+        assert_eq!(ibv_destroy_cq(cq), 0);
+        assert_eq!(ibv_dereg_mr(smr), 0);
         assert_eq!(ibv_dealloc_pd(pd), 0);
         assert_eq!(ibv_close_device(ctx), 0);
     }

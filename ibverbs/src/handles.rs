@@ -11,6 +11,7 @@ pub(crate) enum Kind {
     Context,
     Pd,
     Mr,
+    Mw,
     Cq,
     Channel,
     Qp,

@@ -21,6 +21,7 @@ pub mod ffi;
 mod guard;
 mod handles;
 mod mr;
+mod mw;
 mod open;
 mod ops;
 mod pd;

@@ -17,13 +17,20 @@ pub(crate) struct Mr {
     pub inner: RawRegion,
 }
 
+/// The region behind `p`, if live.
+pub(crate) fn mr_of(p: *const ibv_mr) -> Option<&'static Mr> {
+    // SAFETY: live (checked), freed only by ibv_dereg_mr.
+    handles::get(p as *const Mr, Kind::Mr).map(|p| unsafe { &*p })
+}
+
 /// Access flags ferroce implements; optional ones (IBV_ACCESS_OPTIONAL_RANGE) and hints
 /// that change nothing here are accepted and ignored, anything else is refused.
 const ENFORCED: c_uint = IBV_ACCESS_LOCAL_WRITE
     | IBV_ACCESS_REMOTE_WRITE
     | IBV_ACCESS_REMOTE_READ
-    | IBV_ACCESS_REMOTE_ATOMIC;
-const IGNORED: c_uint = IBV_ACCESS_MW_BIND | IBV_ACCESS_HUGETLB | IBV_ACCESS_OPTIONAL_RANGE;
+    | IBV_ACCESS_REMOTE_ATOMIC
+    | IBV_ACCESS_MW_BIND;
+const IGNORED: c_uint = IBV_ACCESS_HUGETLB | IBV_ACCESS_OPTIONAL_RANGE;
 
 /// The transport's access flags for verbs `access`, or EINVAL.
 pub(crate) fn access_of(access: c_uint) -> Result<Access, c_int> {
@@ -110,6 +117,10 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
 #[export_name = "__ferroce_ibv_dereg_mr"]
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     catch("ibv_dereg_mr", libc::EIO, || {
+        if mr_of(mr).is_some_and(|m| m.inner.has_windows()) {
+            // A bound memory window opens onto it (rxe refuses too).
+            return libc::EBUSY;
+        }
         match handles::remove(mr as *mut Mr, Kind::Mr) {
             Some(m) => match m.inner.dereg() {
                 Ok(()) => 0,

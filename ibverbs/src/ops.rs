@@ -11,5 +11,8 @@ pub(crate) fn context_ops() -> ibv_context_ops {
     ops.post_send = Some(crate::post::post_send);
     ops.post_recv = Some(crate::post::post_recv);
     ops.post_srq_recv = Some(crate::post::post_srq_recv);
+    ops.alloc_mw = Some(crate::mw::alloc_mw);
+    ops.dealloc_mw = Some(crate::mw::dealloc_mw);
+    ops.bind_mw = Some(crate::mw::bind_mw);
     ops
 }

@@ -42,6 +42,8 @@ fn opcode_of(op: ibv_wr_opcode) -> Result<WrOpcode, c_int> {
         IBV_WR_RDMA_READ => WrOpcode::RdmaRead,
         IBV_WR_ATOMIC_CMP_AND_SWP => WrOpcode::AtomicCmpSwp,
         IBV_WR_ATOMIC_FETCH_AND_ADD => WrOpcode::AtomicFetchAdd,
+        IBV_WR_BIND_MW => WrOpcode::BindMw,
+        IBV_WR_LOCAL_INV => WrOpcode::LocalInv,
         _ => return Err(libc::EINVAL),
     })
 }
@@ -115,7 +117,14 @@ unsafe fn send_wr_of(q: &Qp, wr: &ibv_send_wr) -> Result<SendWr, c_int> {
         compare_add: 0,
         swap: 0,
         ud: None,
+        bind_mw: None,
     };
+    if opcode == WrOpcode::BindMw {
+        // SAFETY: the `bind_mw` member is the one a BIND_MW work request fills.
+        let b = unsafe { wr.__bindgen_anon_2.bind_mw };
+        out.bind_mw = Some(crate::mw::bind_of(b.mw, b.rkey, &b.bind_info)?);
+        return Ok(out);
+    }
     if q.inner.qp_type() == ferroce_transport::QpType::Ud {
         // SAFETY: the `ud` member is the one a UD work request fills.
         let ud = unsafe { wr.wr.ud };

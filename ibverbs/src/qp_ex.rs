@@ -19,7 +19,9 @@ const SUPPORTED_OPS: u64 = (IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_RDMA_READ
     | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
     | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
-    | IBV_QP_EX_WITH_SEND_WITH_INV) as u64;
+    | IBV_QP_EX_WITH_SEND_WITH_INV
+    | IBV_QP_EX_WITH_BIND_MW
+    | IBV_QP_EX_WITH_LOCAL_INV) as u64;
 
 /// `verbs_context.create_qp_ex`: a QP from `ibv_qp_init_attr_ex` (a PD is required;
 /// XRC, RSS, TSO and creation flags are refused).
@@ -86,6 +88,8 @@ fn install(t: &mut ibv_qp_ex) {
     t.wr_send = Some(wr_send);
     t.wr_send_imm = Some(wr_send_imm);
     t.wr_send_inv = Some(wr_send_inv);
+    t.wr_bind_mw = Some(wr_bind_mw);
+    t.wr_local_inv = Some(wr_local_inv);
     t.wr_rdma_write = Some(wr_rdma_write);
     t.wr_rdma_write_imm = Some(wr_rdma_write_imm);
     t.wr_rdma_read = Some(wr_rdma_read);
@@ -168,6 +172,7 @@ fn begin(qp: *mut ibv_qp_ex, opcode: WrOpcode, f: impl FnOnce(&mut SendWr)) {
         compare_add: 0,
         swap: 0,
         ud: None,
+        bind_mw: None,
     };
     f(&mut wr);
     b.wrs.push((wr, None));
@@ -201,6 +206,25 @@ unsafe extern "C" fn wr_send_imm(qp: *mut ibv_qp_ex, imm: __be32) {
 }
 unsafe extern "C" fn wr_send_inv(qp: *mut ibv_qp_ex, rkey: u32) {
     begin(qp, WrOpcode::SendWithInv, |w| w.invalidate_rkey = rkey);
+}
+unsafe extern "C" fn wr_bind_mw(
+    qp: *mut ibv_qp_ex,
+    mw: *mut ibv_mw,
+    rkey: u32,
+    bind_info: *const ibv_mw_bind_info,
+) {
+    // SAFETY: NULL or the caller's whole ibv_mw_bind_info.
+    let info = unsafe { bind_info.as_ref() };
+    let bind = info
+        .ok_or(libc::EINVAL)
+        .and_then(|i| crate::mw::bind_of(mw, rkey, i));
+    begin(qp, WrOpcode::BindMw, |w| w.bind_mw = bind.ok());
+    if let Err(e) = bind {
+        last(qp, |_, _| Err(e));
+    }
+}
+unsafe extern "C" fn wr_local_inv(qp: *mut ibv_qp_ex, rkey: u32) {
+    begin(qp, WrOpcode::LocalInv, |w| w.invalidate_rkey = rkey);
 }
 unsafe extern "C" fn wr_rdma_write(qp: *mut ibv_qp_ex, rkey: u32, addr: u64) {
     begin(qp, WrOpcode::RdmaWrite, |w| {

@@ -33,12 +33,15 @@ fn device_attr(c: &Ctx) -> ibv_device_attr {
     a.device_cap_flags = IBV_DEVICE_PORT_ACTIVE_EVENT
         | IBV_DEVICE_SYS_IMAGE_GUID
         | IBV_DEVICE_RC_RNR_NAK_GEN
-        | IBV_DEVICE_N_NOTIFY_CQ;
+        | IBV_DEVICE_N_NOTIFY_CQ
+        | IBV_DEVICE_MEM_WINDOW
+        | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
     a.max_sge = MAX_SGE as c_int;
     a.max_sge_rd = MAX_SGE as c_int;
     a.max_cq = MAX_OBJECTS;
     a.max_cqe = MAX_CQE.min(c_int::MAX as usize) as c_int;
     a.max_mr = MAX_OBJECTS;
+    a.max_mw = MAX_OBJECTS;
     a.max_pd = MAX_OBJECTS;
     a.max_qp_rd_atom = MAX_RD_ATOMIC as c_int;
     a.max_res_rd_atom = MAX_RD_ATOMIC as c_int * MAX_OBJECTS;
