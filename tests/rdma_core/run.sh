@@ -37,5 +37,25 @@ if [ "$rc" != 0 ] || [ "$pass" = 0 ]; then
   echo "FAIL rdma-core: the suite did not run to the end (exit $rc); see $out/stderr.txt"; tail -5 "$out/stderr.txt"
   fail=$((fail + 1))
 fi
+# The tests rxe passes (rdma-core's suite in the rxe VM) that ferroce passes too must
+# keep passing: must_pass.txt, one test id per line.
+if [ -f "$out/results.json" ]; then
+  lost=$(/usr/bin/python3 - "$out/results.json" "$here/must_pass.txt" <<'PY'
+import json, sys
+res = json.load(open(sys.argv[1]))["tests"]
+for line in open(sys.argv[2]):
+    t = line.split("#")[0].strip()
+    if t and res.get(t, {}).get("status") != "passed":
+        print(f"{t} ({res.get(t, {}).get('status', 'missing')}: {res.get(t, {}).get('reason', '')})")
+PY
+)
+  n=$(grep -cv '^\s*\(#\|$\)' "$here/must_pass.txt")
+  if [ -n "$lost" ]; then
+    echo "FAIL rdma-core must-pass: of $n tests, these did not pass:"; echo "$lost" | sed 's/^/    /'
+    fail=$((fail + 1))
+  else
+    echo "PASS rdma-core must-pass: all $n tests passed"; pass=$((pass + 1))
+  fi
+fi
 echo "rdma-core: $pass passed, $fail failed"
 [ "$fail" = 0 ]

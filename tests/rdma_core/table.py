@@ -215,8 +215,8 @@ def compare(argv):
             by[status].append(i.split(".")[-1])
         what = f"{ca['passed']} pass on {a_name}, {ca['passed'] - len(gaps.get(m, []))} of them on {b_name}"
         if by["skipped"]:
-            what += f", {len(by['skipped'])} skipped there"
-        if by["failed"] or by["missing"]:
+            what += f", {len(by['skipped'])} skipped there ({', '.join(by['skipped'])})"
+        if by["failed"] or by["missing"] or by["skipped"]:
             failed += 1
             for status, words in (("failed", "fail there"), ("missing", "missing from its run")):
                 if by[status]:
