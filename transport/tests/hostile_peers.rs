@@ -1,10 +1,10 @@
 //! Hostile peers: what a spoofer with valid ICRCs can and cannot make a responder do.
 //! Each test fails on the engine before the hardening (6e319e6) and passes after.
 
-use ferroce_transport::testing::{connect, forge, parse, QpOpts, Rng, Side, Sim};
+use ferroce_transport::testing::{bring_up, connect, forge, parse, QpOpts, Rng, Side, Sim};
 use ferroce_transport::{
-    seeded_fill, Access, Endpoint, EndpointConfig, MrInfo, Mtu, QpInitAttr, QpState, QpType,
-    RecvWr, Sge,
+    seeded_fill, Access, Endpoint, EndpointConfig, MrInfo, Mtu, MwBind, MwType, QpInitAttr,
+    QpState, QpType, RecvWr, SendFlags, SendWr, Sge, WcStatus, WrOpcode,
 };
 use ferroce_wire::{
     BthRepr, ExtRepr, IethRepr, NakCode, Opcode, Operation, Psn, RethRepr, Syndrome,
@@ -330,4 +330,113 @@ fn random_psns_far_ahead_earn_no_sequence_nak() {
     let out = drain(&mut sim);
     assert_eq!(naks(&out, NakCode::PsnSequenceError), 1);
     assert_eq!(sim.nodes[1].qp_state(b.qpn).unwrap(), QpState::Rts);
+}
+
+/// Another RC QP of node 1 in `b`'s PD, ready to receive from node 0's address.
+fn other_qp(sim: &mut Sim, b: Side) -> Side {
+    let cq = sim.nodes[1].create_cq(64).unwrap();
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: cq,
+        recv_cq: cq,
+        cap: QpOpts::default().cap,
+        sq_sig_all: false,
+        srq: None,
+    };
+    let qpn = sim.nodes[1].create_qp(b.pd, init).unwrap();
+    let side = Side {
+        node: 1,
+        pd: b.pd,
+        cq,
+        qpn,
+    };
+    let g0 = sim.gid(0);
+    bring_up(sim, side, g0, 0x77, &QpOpts::default(), 1);
+    side
+}
+
+#[test]
+fn a_type2_window_answers_and_is_revoked_only_on_its_own_qp() {
+    let (mut sim, _a, b, _mr) = setup(65);
+    let access = Access::LOCAL_WRITE | Access::MW_BIND;
+    let region = sim.nodes[1]
+        .reg_mr_with(b.pd, vec![0; 256], None, access)
+        .unwrap();
+    let (mw, k) = sim.nodes[1].alloc_mw(b.pd, MwType::Type2).unwrap();
+    let key = (k & !0xff) | (k.wrapping_add(1) & 0xff);
+    let bind = SendWr {
+        wr_id: 1,
+        opcode: WrOpcode::BindMw,
+        flags: SendFlags::SIGNALED,
+        bind_mw: Some(MwBind {
+            mw,
+            rkey: key,
+            mr_lkey: region.lkey,
+            addr: region.addr,
+            len: 256,
+            access: Access::REMOTE_WRITE,
+        }),
+        ..Default::default()
+    };
+    sim.nodes[1].post_send(sim.now, b.qpn, &bind).unwrap();
+    assert!(drain(&mut sim).is_empty(), "a bind sends nothing");
+    let mut wcs = Vec::new();
+    sim.nodes[1].poll_cq(b.cq, &mut wcs, 8);
+    assert_eq!(wcs.len(), 1);
+    assert_eq!(wcs[0].status, WcStatus::Success);
+    let write = |sim: &Sim, to: Side, data: &[u8]| {
+        let ext = ExtRepr {
+            reth: Some(RethRepr {
+                va: region.addr,
+                rkey: key,
+                dma_len: data.len() as u32,
+            }),
+            ..Default::default()
+        };
+        to_b(sim, to, Opcode::RC_RDMA_WRITE_ONLY, RQ_PSN, ext, data)
+    };
+
+    // The window's key on another QP of the same PD: remote access error, nothing written.
+    let c = other_qp(&mut sim, b);
+    let w = write(&sim, c, &[9; 8]);
+    sim.nodes[1].handle_packet(sim.now, &w);
+    let out = drain(&mut sim);
+    assert_eq!(naks(&out, NakCode::RemoteAccessError), 1, "{out:?}");
+    assert_eq!(sim.nodes[1].mr_bytes(region.lkey).unwrap(), vec![0; 256]);
+
+    // A SEND with invalidate of the window arriving on another QP: refused, counted.
+    let d = other_qp(&mut sim, b);
+    let rbuf = sim.nodes[1].reg_mr(b.pd, 64, Access::LOCAL_WRITE).unwrap();
+    let recv = RecvWr {
+        wr_id: 5,
+        sg_list: vec![Sge {
+            addr: rbuf.addr,
+            length: 64,
+            lkey: rbuf.lkey,
+        }],
+    };
+    sim.nodes[1].post_recv(sim.now, d.qpn, &recv).unwrap();
+    let ext = ExtRepr {
+        ieth: Some(IethRepr { rkey: key }),
+        ..Default::default()
+    };
+    let inv = to_b(
+        &sim,
+        d,
+        Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
+        RQ_PSN,
+        ext,
+        &[1; 8],
+    );
+    sim.nodes[1].handle_packet(sim.now, &inv);
+    let out = drain(&mut sim);
+    assert_eq!(naks(&out, NakCode::InvalidRequest), 1, "{out:?}");
+    assert_eq!(sim.nodes[1].counters().rx_invalidate_refused, 1);
+
+    // The window still works on its own QP.
+    let w = write(&sim, b, &[7; 8]);
+    sim.nodes[1].handle_packet(sim.now, &w);
+    let out = drain(&mut sim);
+    assert_eq!(naks(&out, NakCode::RemoteAccessError), 0, "{out:?}");
+    assert_eq!(&sim.nodes[1].mr_bytes(region.lkey).unwrap()[..8], &[7; 8]);
 }
