@@ -1,6 +1,7 @@
 //! Memory regions are views of memory the application owns: RDMA lands in the
 //! application's buffer itself (owned, borrowed for a scope, or raw), and a region's memory
-//! is never touched once it is deregistered.
+//! is never touched once it is deregistered. Memory windows open part of a region to a
+//! peer until they are invalidated or dropped, while the region stays registered.
 
 use std::time::Duration;
 
@@ -14,8 +15,8 @@ struct Pair {
     pd_b: ProtectionDomain,
     cq_a: CompletionQueue,
     qp_a: QueuePair,
-    _qp_b: QueuePair,
-    _cq_b: CompletionQueue,
+    qp_b: QueuePair,
+    cq_b: CompletionQueue,
 }
 
 fn pair() -> Pair {
@@ -44,8 +45,8 @@ fn pair() -> Pair {
         pd_b,
         cq_a,
         qp_a,
-        _qp_b: qp_b,
-        _cq_b: cq_b,
+        qp_b,
+        cq_b,
     }
 }
 
@@ -65,6 +66,14 @@ impl Pair {
             .expect("completion");
         assert_eq!(wc.wr_id, 9);
         wc.status
+    }
+
+    /// Posts `w` on B's QP and returns its completion.
+    fn on_b(&self, w: &SendWr) -> WorkCompletion {
+        self.qp_b.post_send(w).unwrap();
+        self.cq_b
+            .wait_one(Duration::from_secs(5))
+            .expect("completion")
     }
 }
 
@@ -143,4 +152,59 @@ fn raw_memory_is_the_callers_own_bytes_until_the_region_is_dropped() {
         "after deregistration"
     );
     assert_eq!(buf[0], 0);
+}
+
+#[test]
+fn a_type2_window_opens_part_of_a_region_until_it_is_invalidated() {
+    let p = pair();
+    let mr = p
+        .pd_b
+        .reg_mr(256, Access::LOCAL_WRITE | Access::MW_BIND)
+        .unwrap();
+    let mw = p.pd_b.alloc_mw(MwType::Type2).unwrap();
+    let key = next_rkey(mw.rkey());
+    let wc = p.on_b(&mw.bind_wr(1, key, mr.lkey(), mr.addr() + 64, 64, Access::REMOTE_WRITE));
+    assert_eq!(
+        (wc.status, wc.opcode),
+        (WcStatus::Success, WcOpcode::BindMw)
+    );
+    assert_eq!(mw.rkey(), key);
+    assert_eq!(p.write(b"window", mr.addr() + 100, key), WcStatus::Success);
+    assert_eq!(&mr.to_vec()[100..106], b"window");
+    assert!(mr.has_windows());
+    let inv = SendWr {
+        wr_id: 2,
+        opcode: WrOpcode::LocalInv,
+        invalidate_rkey: key,
+        flags: SendFlags::SIGNALED,
+        ..Default::default()
+    };
+    let wc = p.on_b(&inv);
+    assert_eq!(
+        (wc.status, wc.opcode),
+        (WcStatus::Success, WcOpcode::LocalInv)
+    );
+    assert!(!mr.has_windows());
+    assert_eq!(
+        p.write(b"late", mr.addr() + 100, key),
+        WcStatus::RemAccessErr
+    );
+    assert_eq!(&mr.to_vec()[100..106], b"window");
+}
+
+#[test]
+fn a_dropped_window_key_opens_nothing() {
+    let p = pair();
+    let mr = p
+        .pd_b
+        .reg_mr(128, Access::LOCAL_WRITE | Access::MW_BIND)
+        .unwrap();
+    let mw = p.pd_b.alloc_mw(MwType::Type1).unwrap();
+    let key = next_rkey(mw.rkey());
+    let wc = p.on_b(&mw.bind_wr(1, key, mr.lkey(), mr.addr(), 128, Access::REMOTE_WRITE));
+    assert_eq!(wc.status, WcStatus::Success);
+    drop(mw);
+    assert!(!mr.has_windows());
+    assert_eq!(p.write(b"x", mr.addr(), key), WcStatus::RemAccessErr);
+    assert_eq!(mr.to_vec(), vec![0; 128]);
 }

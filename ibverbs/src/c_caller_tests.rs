@@ -134,6 +134,30 @@ unsafe fn connect_with(
 }
 
 /// Polls `cq` through the ops table until `n` completions came; all must succeed.
+/// Two RC QPs of `pd` on `cq` with queue sizes `cap`, connected to each other.
+unsafe fn rc_pair(
+    ctx: *mut ibv_context,
+    pd: *mut ibv_pd,
+    cq: *mut ibv_cq,
+    cap: ibv_qp_cap,
+    access: u32,
+) -> (*mut ibv_qp, *mut ibv_qp) {
+    // SAFETY: live objects (the caller's contract); `init` is a whole ibv_qp_init_attr.
+    unsafe {
+        let mut init: ibv_qp_init_attr = std::mem::zeroed();
+        init.send_cq = cq;
+        init.recv_cq = cq;
+        init.qp_type = IBV_QPT_RC;
+        init.cap = cap;
+        let q1 = ibv_create_qp(pd, &mut init);
+        let q2 = ibv_create_qp(pd, &mut init);
+        assert!(!q1.is_null() && !q2.is_null());
+        connect(ctx, q1, (*q2).qp_num, access);
+        connect(ctx, q2, (*q1).qp_num, access);
+        (q1, q2)
+    }
+}
+
 unsafe fn completions(ctx: *mut ibv_context, cq: *mut ibv_cq, n: usize) -> Vec<ibv_wc> {
     let mut got = Vec::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -186,22 +210,19 @@ fn two_qps_of_one_device_move_the_programs_own_bytes() {
         let ch = ibv_create_comp_channel(ctx);
         let cq = ibv_create_cq(ctx, 16, 0x77 as *mut _, ch, 0);
         assert!(!cq.is_null());
-        let mut init: ibv_qp_init_attr = std::mem::zeroed();
-        init.send_cq = cq;
-        init.recv_cq = cq;
-        init.qp_type = IBV_QPT_RC;
-        init.cap = ibv_qp_cap {
-            max_send_wr: 8,
-            max_recv_wr: 8,
-            max_send_sge: 2,
-            max_recv_sge: 2,
-            max_inline_data: 64,
-        };
-        let q1 = ibv_create_qp(pd, &mut init);
-        let q2 = ibv_create_qp(pd, &mut init);
-        assert!(!q1.is_null() && !q2.is_null());
-        connect(ctx, q1, (*q2).qp_num, access);
-        connect(ctx, q2, (*q1).qp_num, access);
+        let (q1, q2) = rc_pair(
+            ctx,
+            pd,
+            cq,
+            ibv_qp_cap {
+                max_send_wr: 8,
+                max_recv_wr: 8,
+                max_send_sge: 2,
+                max_recv_sge: 2,
+                max_inline_data: 64,
+            },
+            access,
+        );
         assert_eq!(ibv_destroy_cq(cq), libc::EBUSY, "QPs still use it");
         assert_eq!(ibv_destroy_comp_channel(ch), -1, "a CQ still uses it");
 
@@ -386,21 +407,19 @@ fn an_extended_cq_reads_completions_field_by_field() {
         let access = IBV_ACCESS_LOCAL_WRITE;
         let smr = ibv_reg_mr(pd, src.as_mut_ptr().cast(), 64, access as c_int);
         let dmr = ibv_reg_mr(pd, dst.as_mut_ptr().cast(), 64, access as c_int);
-        let mut init: ibv_qp_init_attr = std::mem::zeroed();
-        init.send_cq = cq;
-        init.recv_cq = cq;
-        init.qp_type = IBV_QPT_RC;
-        init.cap = ibv_qp_cap {
-            max_send_wr: 4,
-            max_recv_wr: 4,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        };
-        let q1 = ibv_create_qp(pd, &mut init);
-        let q2 = ibv_create_qp(pd, &mut init);
-        connect(ctx, q1, (*q2).qp_num, access);
-        connect(ctx, q2, (*q1).qp_num, access);
+        let (q1, q2) = rc_pair(
+            ctx,
+            pd,
+            cq,
+            ibv_qp_cap {
+                max_send_wr: 4,
+                max_recv_wr: 4,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            access,
+        );
         let mut poll_attr = ibv_poll_cq_attr { comp_mask: 0 };
         assert_eq!(
             ((*cqx).start_poll.unwrap())(cqx, &mut poll_attr),
@@ -568,21 +587,6 @@ fn an_extended_qp_posts_with_the_work_request_builder() {
     }
 }
 
-/// Polls one completion of any status.
-unsafe fn one_completion(ctx: *mut ibv_context, cq: *mut ibv_cq) -> ibv_wc {
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        assert!(std::time::Instant::now() < deadline, "no completion");
-        // SAFETY: live objects; room for one completion.
-        unsafe {
-            let mut wc: ibv_wc = std::mem::zeroed();
-            if ((*ctx).ops.poll_cq.unwrap())(cq, 1, &mut wc) == 1 {
-                return wc;
-            }
-        }
-    }
-}
-
 #[test]
 fn memory_windows_open_and_close_remote_access_through_the_ops_table() {
     let (ctx, _peer) = memory_device();
@@ -615,21 +619,19 @@ fn memory_windows_open_and_close_remote_access_through_the_ops_table() {
             (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND) as c_int,
         );
         let cq = ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0);
-        let mut init: ibv_qp_init_attr = std::mem::zeroed();
-        init.send_cq = cq;
-        init.recv_cq = cq;
-        init.qp_type = IBV_QPT_RC;
-        init.cap = ibv_qp_cap {
-            max_send_wr: 8,
-            max_recv_wr: 8,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        };
-        let q1 = ibv_create_qp(pd, &mut init);
-        let q2 = ibv_create_qp(pd, &mut init);
-        connect(ctx, q1, (*q2).qp_num, qp_access);
-        connect(ctx, q2, (*q1).qp_num, qp_access);
+        let (q1, q2) = rc_pair(
+            ctx,
+            pd,
+            cq,
+            ibv_qp_cap {
+                max_send_wr: 8,
+                max_recv_wr: 8,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            qp_access,
+        );
 
         // Type 1: ibv_bind_mw posts the bind and shows the window's next key.
         let mw = alloc(pd, IBV_MW_TYPE_1);
@@ -646,7 +648,7 @@ fn memory_windows_open_and_close_remote_access_through_the_ops_table() {
         };
         assert_eq!(bind(q2, mw, &mut b), 0);
         assert_eq!((*mw).rkey, (key0 & !0xff) | (key0.wrapping_add(1) & 0xff));
-        let wc = one_completion(ctx, cq);
+        let wc = completions_any(ctx, cq);
         assert_eq!(
             (wc.wr_id, wc.status, wc.opcode),
             (9, IBV_WC_SUCCESS, IBV_WC_BIND_MW)
@@ -671,7 +673,7 @@ fn memory_windows_open_and_close_remote_access_through_the_ops_table() {
             };
             let mut bad = null_mut();
             assert_eq!(((*ctx).ops.post_send.unwrap())(q1, &mut wr, &mut bad), 0);
-            one_completion(ctx, cq).status
+            completions_any(ctx, cq).status
         };
         assert_eq!(write((*mw).rkey, dst.as_ptr() as u64 + 128), IBV_WC_SUCCESS);
         assert_eq!(dst[128..192], [0x5a; 64]);

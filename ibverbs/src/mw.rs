@@ -4,7 +4,7 @@
 use std::ffi::c_int;
 
 use ferroce::verbs::{next_rkey, MemoryWindow};
-use ferroce_transport::{Access, MwBind, MwType, SendFlags, SendWr, WrOpcode};
+use ferroce_transport::{Access, MwBind, MwType, SendFlags, SendWr};
 
 use crate::ffi::*;
 use crate::guard::{catch, errno_of, null_with};
@@ -123,11 +123,8 @@ pub(crate) unsafe extern "C" fn bind_mw(
             Err(e) => return e,
         };
         let wr = SendWr {
-            wr_id: b.wr_id,
-            opcode: WrOpcode::BindMw,
             flags: SendFlags(b.send_flags & 0xf),
-            bind_mw: Some(bind),
-            ..Default::default()
+            ..SendWr::bind_mw(b.wr_id, bind)
         };
         match q.inner.post_send(&wr) {
             Ok(()) => {

@@ -41,14 +41,14 @@ pub use cq::CompletionQueue;
 pub use device::Device;
 pub use error::Error;
 pub use mr::{BorrowedRegion, MemoryRegion, RawRegion, RegionScope};
-pub use mw::{next_rkey, MemoryWindow};
+pub use mw::MemoryWindow;
 pub use pd::{AddressHandle, ProtectionDomain, SharedReceiveQueue};
 pub use qp::{QueuePair, RcPath};
 pub use random::random_psn;
 
 pub use crate::driver::AsyncEventSink;
 pub use ferroce_transport::{
-    Access, AddressVector, AsyncEvent, CqId, Mtu, MwBind, MwId, MwType, QpAttr, QpAttrMask, QpCap,
-    QpState, QpType, RecvWr, SendFlags, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
-    WrOpcode,
+    next_rkey, Access, AddressVector, AsyncEvent, CqId, Mtu, MwBind, MwId, MwType, QpAttr,
+    QpAttrMask, QpCap, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, UdDest, WcOpcode, WcStatus,
+    WorkCompletion, WrOpcode,
 };

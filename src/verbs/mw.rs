@@ -1,7 +1,7 @@
 //! Memory windows: a narrower, revocable remote key over part of a region, bound by a
 //! work request (see `ferroce_transport::MwBind` for the two types' rules).
 
-use ferroce_transport::{Access, MwBind, MwId, MwType, SendFlags, SendWr, WrOpcode};
+use ferroce_transport::{Access, MwBind, MwId, MwType, SendWr};
 
 use super::{Context, Error, ProtectionDomain};
 
@@ -55,20 +55,17 @@ impl MemoryWindow {
         len: u64,
         access: Access,
     ) -> SendWr {
-        SendWr {
+        SendWr::bind_mw(
             wr_id,
-            opcode: WrOpcode::BindMw,
-            flags: SendFlags::SIGNALED,
-            bind_mw: Some(MwBind {
+            MwBind {
                 mw: self.id,
                 rkey: next_rkey,
                 mr_lkey,
                 addr,
                 len,
                 access,
-            }),
-            ..Default::default()
-        }
+            },
+        )
     }
 }
 
@@ -76,10 +73,4 @@ impl Drop for MemoryWindow {
     fn drop(&mut self) {
         let _ = self.ctx.shared().endpoint().dealloc_mw(self.id);
     }
-}
-
-/// The key a window gets at its next bind: the same index, the key byte plus one (as
-/// libibverbs' `ibv_inc_rkey`).
-pub fn next_rkey(rkey: u32) -> u32 {
-    (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff)
 }

@@ -282,10 +282,13 @@ impl Endpoint {
     /// Deregisters a region: from now on the endpoint never touches its memory, which is
     /// returned. A region a memory window is bound to stays (`MrInUse`), as in rxe.
     pub fn dereg_mr(&mut self, lkey: u32) -> Result<Arc<dyn RegionMemory>> {
-        if self.mrs.has_windows(lkey) {
-            return Err(Error::MrInUse);
-        }
-        self.mrs.deregister(lkey).ok_or(Error::InvalidKey(lkey))
+        self.mrs.deregister(lkey).ok_or_else(|| {
+            if self.mrs.has_windows(lkey) {
+                Error::MrInUse
+            } else {
+                Error::InvalidKey(lkey)
+            }
+        })
     }
 
     /// Whether a bound memory window opens onto region `lkey` (then `dereg_mr` refuses).

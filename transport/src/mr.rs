@@ -17,7 +17,7 @@ use crate::sge::{PdId, Sge};
 
 mod mw;
 use mw::Window;
-pub use mw::{MwBind, MwId, MwType};
+pub use mw::{next_rkey, MwBind, MwId, MwType};
 
 flags! {
     /// Memory and QP access rights (ibv_access_flags, same bit values).
@@ -270,7 +270,7 @@ impl MrTable {
     }
 
     /// Removes a region; its memory is returned. A region under a bound memory window
-    /// stays (the caller checks [`MrTable::has_windows`] first).
+    /// stays (`None`; [`MrTable::has_windows`] tells that from an unknown key).
     pub(crate) fn deregister(&mut self, lkey: u32) -> Option<Arc<dyn RegionMemory>> {
         if self.has_windows(lkey) {
             return None;
@@ -285,10 +285,9 @@ impl MrTable {
     /// regions only) may not: otherwise any peer could revoke any region of the PD,
     /// advertised or not. The error says what the key named.
     pub(crate) fn invalidate(&mut self, pd: PdId, qpn: u32, rkey: u32) -> Result<(), MrError> {
-        if self.windows.contains_key(&(rkey >> 8)) && !self.keys.contains_key(&rkey) {
+        let Some(mr) = self.get_mut(rkey) else {
             return self.invalidate_window(pd, Some(qpn), rkey);
-        }
-        let mr = self.get_mut(rkey).ok_or(MrError::InvalidKey(rkey))?;
+        };
         if mr.pd != pd {
             return Err(MrError::PdMismatch);
         }

@@ -566,8 +566,13 @@ impl Default for QpOpts {
 
 /// Creates a QP (PD, CQ) on `node` in RESET.
 pub fn create(sim: &mut Sim, node: usize, o: &QpOpts) -> Side {
+    let pd = sim.nodes[node].alloc_pd();
+    create_in_pd(sim, node, pd, o)
+}
+
+/// Creates a QP (and its CQ) in an existing PD on `node`, in RESET.
+pub fn create_in_pd(sim: &mut Sim, node: usize, pd: PdId, o: &QpOpts) -> Side {
     let ep = &mut sim.nodes[node];
-    let pd = ep.alloc_pd();
     let cq = ep.create_cq(o.cq_depth).expect("cq");
     let qpn = ep
         .create_qp(

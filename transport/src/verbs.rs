@@ -402,6 +402,19 @@ pub struct SendWr {
     pub bind_mw: Option<MwBind>,
 }
 
+impl SendWr {
+    /// A signaled BIND_MW work request carrying `bind`.
+    pub fn bind_mw(wr_id: u64, bind: MwBind) -> SendWr {
+        SendWr {
+            wr_id,
+            opcode: WrOpcode::BindMw,
+            flags: SendFlags::SIGNALED,
+            bind_mw: Some(bind),
+            ..Default::default()
+        }
+    }
+}
+
 /// A receive work request (ibv_recv_wr).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RecvWr {

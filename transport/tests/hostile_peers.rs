@@ -1,10 +1,12 @@
 //! Hostile peers: what a spoofer with valid ICRCs can and cannot make a responder do.
 //! Each test fails on the engine before the hardening (6e319e6) and passes after.
 
-use ferroce_transport::testing::{bring_up, connect, forge, parse, QpOpts, Rng, Side, Sim};
+use ferroce_transport::testing::{
+    bring_up, connect, create_in_pd, forge, parse, QpOpts, Rng, Side, Sim,
+};
 use ferroce_transport::{
-    seeded_fill, Access, Endpoint, EndpointConfig, MrInfo, Mtu, MwBind, MwType, QpInitAttr,
-    QpState, QpType, RecvWr, SendFlags, SendWr, Sge, WcStatus, WrOpcode,
+    next_rkey, seeded_fill, Access, Endpoint, EndpointConfig, MrInfo, Mtu, MwBind, MwType,
+    QpInitAttr, QpState, QpType, RecvWr, SendWr, Sge, WcStatus,
 };
 use ferroce_wire::{
     BthRepr, ExtRepr, IethRepr, NakCode, Opcode, Operation, Psn, RethRepr, Syndrome,
@@ -222,17 +224,7 @@ fn dma_length_over_2_gib_is_an_invalid_request() {
 fn remote_invalidation_of_an_ordinary_region_is_refused() {
     let (mut sim, _a, b, mr) = setup(64);
     // The receive buffer: never advertised, but in the PD.
-    let rbuf = sim.nodes[1].reg_mr(b.pd, 64, Access::LOCAL_WRITE).unwrap();
-    let sge = |m: &MrInfo| Sge {
-        addr: m.addr,
-        length: 64,
-        lkey: m.lkey,
-    };
-    let recv = |id| RecvWr {
-        wr_id: id,
-        sg_list: vec![sge(&rbuf)],
-    };
-    sim.nodes[1].post_recv(sim.now, b.qpn, &recv(1)).unwrap();
+    let rbuf = post_recv_64(&mut sim, b, 1);
     let ext = ExtRepr {
         ieth: Some(IethRepr { rkey: rbuf.lkey }),
         ..Default::default()
@@ -334,25 +326,25 @@ fn random_psns_far_ahead_earn_no_sequence_nak() {
 
 /// Another RC QP of node 1 in `b`'s PD, ready to receive from node 0's address.
 fn other_qp(sim: &mut Sim, b: Side) -> Side {
-    let cq = sim.nodes[1].create_cq(64).unwrap();
-    let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: cq,
-        recv_cq: cq,
-        cap: QpOpts::default().cap,
-        sq_sig_all: false,
-        srq: None,
-    };
-    let qpn = sim.nodes[1].create_qp(b.pd, init).unwrap();
-    let side = Side {
-        node: 1,
-        pd: b.pd,
-        cq,
-        qpn,
-    };
+    let side = create_in_pd(sim, 1, b.pd, &QpOpts::default());
     let g0 = sim.gid(0);
     bring_up(sim, side, g0, 0x77, &QpOpts::default(), 1);
     side
+}
+
+/// A 64-byte receive buffer in `on`'s PD, posted to its QP as receive `wr_id`.
+fn post_recv_64(sim: &mut Sim, on: Side, wr_id: u64) -> MrInfo {
+    let rbuf = sim.nodes[1].reg_mr(on.pd, 64, Access::LOCAL_WRITE).unwrap();
+    let recv = RecvWr {
+        wr_id,
+        sg_list: vec![Sge {
+            addr: rbuf.addr,
+            length: 64,
+            lkey: rbuf.lkey,
+        }],
+    };
+    sim.nodes[1].post_recv(sim.now, on.qpn, &recv).unwrap();
+    rbuf
 }
 
 #[test]
@@ -363,21 +355,18 @@ fn a_type2_window_answers_and_is_revoked_only_on_its_own_qp() {
         .reg_mr_with(b.pd, vec![0; 256], None, access)
         .unwrap();
     let (mw, k) = sim.nodes[1].alloc_mw(b.pd, MwType::Type2).unwrap();
-    let key = (k & !0xff) | (k.wrapping_add(1) & 0xff);
-    let bind = SendWr {
-        wr_id: 1,
-        opcode: WrOpcode::BindMw,
-        flags: SendFlags::SIGNALED,
-        bind_mw: Some(MwBind {
+    let key = next_rkey(k);
+    let bind = SendWr::bind_mw(
+        1,
+        MwBind {
             mw,
             rkey: key,
             mr_lkey: region.lkey,
             addr: region.addr,
             len: 256,
             access: Access::REMOTE_WRITE,
-        }),
-        ..Default::default()
-    };
+        },
+    );
     sim.nodes[1].post_send(sim.now, b.qpn, &bind).unwrap();
     assert!(drain(&mut sim).is_empty(), "a bind sends nothing");
     let mut wcs = Vec::new();
@@ -406,16 +395,7 @@ fn a_type2_window_answers_and_is_revoked_only_on_its_own_qp() {
 
     // A SEND with invalidate of the window arriving on another QP: refused, counted.
     let d = other_qp(&mut sim, b);
-    let rbuf = sim.nodes[1].reg_mr(b.pd, 64, Access::LOCAL_WRITE).unwrap();
-    let recv = RecvWr {
-        wr_id: 5,
-        sg_list: vec![Sge {
-            addr: rbuf.addr,
-            length: 64,
-            lkey: rbuf.lkey,
-        }],
-    };
-    sim.nodes[1].post_recv(sim.now, d.qpn, &recv).unwrap();
+    post_recv_64(&mut sim, d, 5);
     let ext = ExtRepr {
         ieth: Some(IethRepr { rkey: key }),
         ..Default::default()

@@ -6,10 +6,10 @@
 mod common;
 
 use common::*;
-use ferroce_transport::testing::{bring_up, connect, create, QpOpts, Side, Sim};
+use ferroce_transport::testing::{bring_up, connect, create, create_in_pd, QpOpts, Side, Sim};
 use ferroce_transport::{
-    Access, Error, MrInfo, MwBind, MwId, MwType, PdId, QpInitAttr, QpType, SendWr, WcFlags,
-    WcOpcode, WcStatus, WrOpcode,
+    next_rkey, Access, Error, MrInfo, MwBind, MwId, MwType, PdId, SendWr, WcFlags, WcOpcode,
+    WcStatus, WrOpcode,
 };
 
 /// A region the peer may reach only through windows (no remote rights of its own).
@@ -25,16 +25,17 @@ fn window_mr(sim: &mut Sim, s: Side, len: usize) -> MrInfo {
 }
 
 fn bind_wr(id: u64, mw: MwId, rkey: u32, mr: &MrInfo, off: u64, len: u64) -> SendWr {
-    let mut wr = send_wr(id, WrOpcode::BindMw, vec![]);
-    wr.bind_mw = Some(MwBind {
-        mw,
-        rkey,
-        mr_lkey: mr.lkey,
-        addr: mr.addr + off,
-        len,
-        access: Access::REMOTE_WRITE | Access::REMOTE_READ,
-    });
-    wr
+    SendWr::bind_mw(
+        id,
+        MwBind {
+            mw,
+            rkey,
+            mr_lkey: mr.lkey,
+            addr: mr.addr + off,
+            len,
+            access: Access::REMOTE_WRITE | Access::REMOTE_READ,
+        },
+    )
 }
 
 fn write(
@@ -56,10 +57,6 @@ fn write(
     wcs[0].status
 }
 
-fn next_key(k: u32) -> u32 {
-    (k & !0xff) | (k.wrapping_add(1) & 0xff)
-}
-
 #[test]
 fn a_type2_window_admits_writes_until_the_peer_invalidates_it() {
     let mut sim = Sim::new(1, 2, false);
@@ -68,7 +65,7 @@ fn a_type2_window_admits_writes_until_the_peer_invalidates_it() {
     let src = mr(&mut sim, a, data.clone());
     let target = window_mr(&mut sim, b, 1024);
     let (mw, key0) = sim.nodes[1].alloc_mw(b.pd, MwType::Type2).unwrap();
-    let key = next_key(key0);
+    let key = next_rkey(key0);
     sim.nodes[1]
         .post_send(sim.now, b.qpn, &bind_wr(7, mw, key, &target, 256, 512))
         .unwrap();
@@ -113,22 +110,7 @@ fn window_keys_open_only_the_window_on_its_qp() {
     // A second connection between the same nodes, its B end in B's first PD.
     let o = QpOpts::default();
     let a2 = create(&mut sim, 0, &o);
-    let cq = sim.nodes[1].create_cq(1024).unwrap();
-    let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: cq,
-        recv_cq: cq,
-        cap: o.cap,
-        sq_sig_all: false,
-        srq: None,
-    };
-    let qpn = sim.nodes[1].create_qp(b.pd, init).unwrap();
-    let b2 = Side {
-        node: 1,
-        pd: b.pd,
-        cq,
-        qpn,
-    };
+    let b2 = create_in_pd(&mut sim, 1, b.pd, &o);
     let (g0, g1) = (sim.gid(0), sim.gid(1));
     bring_up(&mut sim, a2, g1, b2.qpn, &o, 0);
     bring_up(&mut sim, b2, g0, a2.qpn, &o, 1);
@@ -136,7 +118,7 @@ fn window_keys_open_only_the_window_on_its_qp() {
     let src2 = mr(&mut sim, a2, pattern(2, 64));
     let target = window_mr(&mut sim, b, 1024);
     let (mw, key0) = sim.nodes[1].alloc_mw(b.pd, MwType::Type2).unwrap();
-    let key = next_key(key0);
+    let key = next_rkey(key0);
     sim.nodes[1]
         .post_send(sim.now, b.qpn, &bind_wr(1, mw, key, &target, 0, 128))
         .unwrap();
@@ -171,8 +153,8 @@ fn binds_and_local_invalidations_take_effect_in_send_queue_order() {
     let mut w = send_wr(10, WrOpcode::RdmaWrite, vec![sge(&local, 0, 4096)]);
     w.remote_addr = peer.addr;
     w.rkey = peer.rkey;
-    let b1 = next_key(k1);
-    let b2 = next_key(k2);
+    let b1 = next_rkey(k1);
+    let b2 = next_rkey(k2);
     let mut inv = send_wr(13, WrOpcode::LocalInv, vec![]);
     inv.invalidate_rkey = b2;
     for wr in [
@@ -202,12 +184,12 @@ fn binds_and_local_invalidations_take_effect_in_send_queue_order() {
     );
     assert_eq!(sim.nodes[1].mr_bytes(target.lkey).unwrap(), pattern(9, 256));
     // A type 1 window is closed by a bind of length 0; then its key fails.
-    let mut unbind = bind_wr(14, mw1, next_key(b1), &target, 0, 0);
+    let mut unbind = bind_wr(14, mw1, next_rkey(b1), &target, 0, 0);
     unbind.bind_mw.as_mut().unwrap().mr_lkey = 0;
     sim.nodes[1].post_send(sim.now, b.qpn, &unbind).unwrap();
     assert_ok(&wait_wcs(&mut sim, b, 1));
     assert_eq!(
-        write(&mut sim, a, 2, &src, 8, target.addr, next_key(b1)),
+        write(&mut sim, a, 2, &src, 8, target.addr, next_rkey(b1)),
         WcStatus::RemAccessErr
     );
 }
@@ -220,7 +202,7 @@ fn a_forbidden_bind_fails_with_mw_bind_err_and_stale_keys_fail_remotely() {
     let plain = mr(&mut sim, b, vec![0; 256]); // no MW_BIND
     let (mw, k) = sim.nodes[1].alloc_mw(b.pd, MwType::Type2).unwrap();
     sim.nodes[1]
-        .post_send(sim.now, b.qpn, &bind_wr(1, mw, next_key(k), &plain, 0, 64))
+        .post_send(sim.now, b.qpn, &bind_wr(1, mw, next_rkey(k), &plain, 0, 64))
         .unwrap();
     let wcs = wait_wcs(&mut sim, b, 1);
     assert_eq!(wcs[0].status, WcStatus::MwBindErr);
@@ -230,12 +212,12 @@ fn a_forbidden_bind_fails_with_mw_bind_err_and_stale_keys_fail_remotely() {
     let src2 = mr(&mut sim, a2, pattern(3, 64));
     let target = window_mr(&mut sim, b2, 256);
     let (mw2, k2) = sim.nodes[1].alloc_mw(b2.pd, MwType::Type1).unwrap();
-    let open = bind_wr(2, mw2, next_key(k2), &target, 0, 256);
+    let open = bind_wr(2, mw2, next_rkey(k2), &target, 0, 256);
     sim.nodes[1].post_send(sim.now, b2.qpn, &open).unwrap();
     assert_ok(&wait_wcs(&mut sim, b2, 1));
     sim.nodes[1].dealloc_mw(mw2).unwrap();
     assert!(sim.nodes[1].dealloc_mw(mw2).is_err());
-    let gone = write(&mut sim, a2, 1, &src2, 8, target.addr, next_key(k2));
+    let gone = write(&mut sim, a2, 1, &src2, 8, target.addr, next_rkey(k2));
     assert_eq!(gone, WcStatus::RemAccessErr);
     let _ = src;
     assert_eq!(

@@ -50,6 +50,12 @@ pub struct MwBind {
     pub access: Access,
 }
 
+/// The R_Key a window gets at its next bind: the same index, the key byte plus one
+/// (libibverbs' `ibv_inc_rkey`).
+pub fn next_rkey(rkey: u32) -> u32 {
+    (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff)
+}
+
 /// What a window currently opens.
 #[derive(Debug, Clone, Copy)]
 struct Binding {

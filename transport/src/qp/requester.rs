@@ -186,12 +186,7 @@ impl Qp {
             if self.state() == QpState::Sqd && !resending {
                 return None;
             }
-            let earlier_rd_atomic = self
-                .sq
-                .iter()
-                .take(idx)
-                .filter(|w| w.wr.opcode.is_read_or_atomic())
-                .count();
+            let earlier_rd_atomic = self.earlier_rd_atomic(idx);
             if wqe.wr.flags.contains(SendFlags::FENCE) && earlier_rd_atomic > 0 {
                 return None;
             }
@@ -237,6 +232,7 @@ impl Qp {
     /// completes once everything before it has. A go-back-N rewind passes over them
     /// (`assigned`): they take effect once.
     fn run_local_ops(&mut self, ctx: &mut Ctx<'_>) {
+        let start = self.req.idx;
         while let Some(w) = self.sq.get(self.req.idx) {
             if !w.wr.opcode.is_local() || self.req.offset != 0 || w.local_err.is_some() {
                 break;
@@ -246,11 +242,7 @@ impl Qp {
                     break;
                 }
                 let fenced = w.wr.flags.contains(SendFlags::FENCE)
-                    && self
-                        .sq
-                        .iter()
-                        .take(self.req.idx)
-                        .any(|e| e.wr.opcode.is_read_or_atomic());
+                    && self.earlier_rd_atomic(self.req.idx) > 0;
                 if fenced {
                     break;
                 }
@@ -279,7 +271,19 @@ impl Qp {
             }
             self.req.idx += 1;
         }
-        self.complete_local_ops(ctx);
+        if self.req.idx != start {
+            self.complete_local_ops(ctx);
+        }
+    }
+
+    /// READs and atomics among the send queue's first `idx` WQEs (outstanding ones: a
+    /// fence and `max_rd_atomic` wait for them).
+    fn earlier_rd_atomic(&self, idx: usize) -> usize {
+        self.sq
+            .iter()
+            .take(idx)
+            .filter(|w| w.wr.opcode.is_read_or_atomic())
+            .count()
     }
 
     /// Headers: the BTH and extension headers, addresses and payload length of the next
