@@ -225,3 +225,22 @@ fn a_forbidden_bind_fails_with_mw_bind_err_and_stale_keys_fail_remotely() {
         Some(Error::InvalidPd)
     );
 }
+
+#[test]
+fn a_failing_bind_behind_a_good_one_completes_after_it() {
+    let mut sim = Sim::new(5, 2, false);
+    let (_a, b) = connect(&mut sim, 0, 1, &QpOpts::default());
+    let target = window_mr(&mut sim, b, 256);
+    let plain = mr(&mut sim, b, vec![0; 256]); // no MW_BIND
+    let (mw1, k1) = sim.nodes[1].alloc_mw(b.pd, MwType::Type1).unwrap();
+    let (mw2, k2) = sim.nodes[1].alloc_mw(b.pd, MwType::Type2).unwrap();
+    for wr in [
+        bind_wr(1, mw1, next_rkey(k1), &target, 0, 64),
+        bind_wr(2, mw2, next_rkey(k2), &plain, 0, 64),
+    ] {
+        sim.nodes[1].post_send(sim.now, b.qpn, &wr).unwrap();
+    }
+    let wcs = wait_wcs(&mut sim, b, 2);
+    let seen: Vec<(u64, WcStatus)> = wcs.iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(seen, vec![(1, WcStatus::Success), (2, WcStatus::MwBindErr)]);
+}

@@ -259,6 +259,9 @@ impl Qp {
                 };
                 if let Err(e) = res {
                     tracing::debug!(qpn = self.qpn, wr_id = w.wr.wr_id, %e, "local operation failed");
+                    // The local operations before it that took effect complete first, so
+                    // that the failed one is the oldest and fails (with the QP) now.
+                    self.complete_local_ops(ctx);
                     self.local_error(ctx, fail);
                     return;
                 }
