@@ -37,6 +37,22 @@ fn to_b(sim: &Sim, b: Side, op: Opcode, psn: u32, ext: ExtRepr, payload: &[u8]) 
     )
 }
 
+/// An 8-byte SEND with invalidate of `rkey` to `to`'s QP at the expected PSN.
+fn send_inv(sim: &Sim, to: Side, rkey: u32) -> Vec<u8> {
+    let ext = ExtRepr {
+        ieth: Some(IethRepr { rkey }),
+        ..Default::default()
+    };
+    to_b(
+        sim,
+        to,
+        Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
+        RQ_PSN,
+        ext,
+        &[1; 8],
+    )
+}
+
 fn read_req(sim: &Sim, b: Side, psn: u32, va: u64, rkey: u32, len: u32) -> Vec<u8> {
     let ext = ExtRepr {
         reth: Some(RethRepr {
@@ -225,18 +241,7 @@ fn remote_invalidation_of_an_ordinary_region_is_refused() {
     let (mut sim, _a, b, mr) = setup(64);
     // The receive buffer: never advertised, but in the PD.
     let rbuf = post_recv_64(&mut sim, b, 1);
-    let ext = ExtRepr {
-        ieth: Some(IethRepr { rkey: rbuf.lkey }),
-        ..Default::default()
-    };
-    let inv = to_b(
-        &sim,
-        b,
-        Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
-        RQ_PSN,
-        ext,
-        &[1; 8],
-    );
+    let inv = send_inv(&sim, b, rbuf.lkey);
     sim.nodes[1].handle_packet(sim.now, &inv);
     let out = drain(&mut sim);
     assert_eq!(naks(&out, NakCode::InvalidRequest), 1, "{out:?}");
@@ -396,18 +401,7 @@ fn a_type2_window_answers_and_is_revoked_only_on_its_own_qp() {
     // A SEND with invalidate of the window arriving on another QP: refused, counted.
     let d = other_qp(&mut sim, b);
     post_recv_64(&mut sim, d, 5);
-    let ext = ExtRepr {
-        ieth: Some(IethRepr { rkey: key }),
-        ..Default::default()
-    };
-    let inv = to_b(
-        &sim,
-        d,
-        Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
-        RQ_PSN,
-        ext,
-        &[1; 8],
-    );
+    let inv = send_inv(&sim, d, key);
     sim.nodes[1].handle_packet(sim.now, &inv);
     let out = drain(&mut sim);
     assert_eq!(naks(&out, NakCode::InvalidRequest), 1, "{out:?}");
