@@ -135,6 +135,7 @@ impl Shared {
             0
         });
         if let Some(mut ep) = ep {
+            self.linger.set_requests(ep.counters().rdma_recvs);
             self.deliver_cq_events(&mut ep);
             // Only while the driver naps: it looks at the link again within a millisecond
             // and sends them then if the caller has not. A driver asleep until the link

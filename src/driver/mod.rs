@@ -8,7 +8,8 @@
 //!
 //! [`Shared`] is split by concern, one file each: the link's I/O ([`io`]: frame batches,
 //! neighbours, counters), wake-ups ([`wakeups`]: the eventfd, the timerfd, poll mode's
-//! bookkeeping), completion signalling ([`completions`]: condvar, async notify, and an
+//! bookkeeping), lingering ([`linger`]: polls that wait a little for the peer's next
+//! frame), completion signalling ([`completions`]: condvar, async notify, and an
 //! eventfd for completion channels and epoll users), and recording ([`recorder`]: pcap).
 //! The thread's loop is in [`thread`].
 //!
@@ -34,6 +35,7 @@ mod cq_events;
 mod endpoint_lock;
 mod fatal;
 mod io;
+mod linger;
 mod recorder;
 mod thread;
 mod wakeups;
@@ -81,6 +83,8 @@ pub struct Shared {
     io: LinkIo,
     /// What wakes the driver thread, and poll mode's bookkeeping.
     wake: Wakeups,
+    /// Whether polls that found a completion should keep taking in the link.
+    linger: linger::Linger,
     /// Tells waiting API threads that completions may have arrived.
     completions: CompletionSignal,
     /// The optional pcap of every frame.
@@ -217,6 +221,7 @@ impl Driver {
             endpoint_changes: Default::default(),
             io: LinkIo::new(link, resolver, RX_BATCH, TX_BATCH, local),
             wake: Wakeups::new()?,
+            linger: Default::default(),
             completions: CompletionSignal::new()?,
             recorder: Recorder::default(),
             cq_events: CqEvents::default(),

@@ -41,6 +41,7 @@ pub(super) fn run(s: &Shared) {
     while !s.wake.stopping() {
         let mut progressed = false;
         let mut received = 0;
+        let requests = s.linger.requests();
 
         // Receive: each batch is handed to the transport under one lock, and whatever it
         // answers (ACKs, read responses) goes out before the next batch.
@@ -56,6 +57,11 @@ pub(super) fn run(s: &Shared) {
             }
         }
 
+        if s.linger.requests() != requests && s.wake.app_polls.load(Ordering::Relaxed) != 0 {
+            // Requests that threads in poll mode left to this thread: had they lingered
+            // after their last completion, they might have taken them (see `linger`).
+            s.linger.missed();
+        }
         if std::mem::take(&mut napped) {
             nap = if received > 0 {
                 (nap / 2).max(APP_POLL_RECHECK_MIN)

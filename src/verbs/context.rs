@@ -286,6 +286,7 @@ impl Context {
         v.push(("link_send_err", d.send_err));
         v.push(("loopback_pkts", d.loopback));
         v.push(("rx_socket_drops", self.shared().link_rx_drops()));
+        v.extend(self.shared().linger_counters());
         v.extend(self.shared().link().counters());
         v
     }

@@ -50,12 +50,18 @@ impl CompletionQueue {
     /// Moves up to `max` completions into `out`; returns how many.
     pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> usize {
         let shared = self.ctx.shared();
-        let n = shared.poll_cq(self.id, &self.mark, out, max);
+        let mut n = shared.poll_cq(self.id, &self.mark, out, max);
         // Poll mode: with the CQ empty, take in what the link holds on this thread (the
         // answer being waited for is often there already) instead of waiting for the
         // driver thread to wake up for it.
         if n == 0 && shared.poll_rx() {
-            return shared.poll_cq(self.id, &self.mark, out, max);
+            n = shared.poll_cq(self.id, &self.mark, out, max);
+        }
+        if n > 0 {
+            // Where the peer's next frame has tended to follow a completion closely, take
+            // it in too before returning (a program about to wait on its memory would
+            // otherwise leave it to the driver thread).
+            shared.linger();
         }
         n
     }

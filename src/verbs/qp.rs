@@ -202,6 +202,7 @@ impl QueuePair {
         let now = self.ctx.shared().now();
         let mut ep = self.ctx.shared().endpoint();
         ep.post_send(now, self.qpn, wr)?;
+        self.ctx.shared().posted_send();
         self.ctx.shared().kick(ep);
         Ok(())
     }
