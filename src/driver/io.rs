@@ -167,7 +167,10 @@ impl Shared {
         drop(rx);
         if n > 0 {
             self.completions.signal();
-        } else if self.wake.answers_pending.load(Ordering::Relaxed) {
+        }
+        // Deferred posts go at the poster's next poll; answers only when it found nothing.
+        let posts = self.wake.deferred_bytes.load(Ordering::Relaxed) != 0;
+        if posts || (n == 0 && self.wake.answers_pending.load(Ordering::Relaxed)) {
             let mut ep = self.endpoint();
             self.transmit(&mut ep, TX_BATCH);
             self.wake.arm_if_sooner(&ep);
@@ -178,7 +181,7 @@ impl Shared {
     /// Sends what poll mode left for later (see [`Shared::poll_rx`]) before a change that
     /// would lose it: a QP being destroyed takes its unsent ACKs with it.
     pub fn send_pending(&self, ep: &mut Endpoint) {
-        if self.wake.answers_pending.load(Ordering::Relaxed) {
+        if self.tx_pending() {
             self.transmit(ep, TX_BATCH);
         }
     }
@@ -218,6 +221,7 @@ impl Shared {
     fn transmit_once(&self, ep: &mut Endpoint, max: usize) -> TxOutcome {
         // Whatever poll mode left for later goes now.
         self.wake.answers_pending.store(false, Ordering::Relaxed);
+        self.wake.deferred_bytes.store(0, Ordering::Relaxed);
         let mut tx = relock(&self.io.tx);
         let now = self.now();
         let src = self.io.link.mac();

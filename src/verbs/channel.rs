@@ -90,10 +90,12 @@ impl CompletionQueue {
     /// the next completion of a message sent with the solicited-event flag (or an
     /// error): `ibv_req_notify_cq`.
     pub fn req_notify(&self, solicited_only: bool) -> Result<(), Error> {
-        self.ctx
-            .shared()
-            .endpoint()
-            .req_notify_cq(self.id, solicited_only)?;
+        let shared = self.ctx.shared();
+        let mut ep = shared.endpoint();
+        ep.req_notify_cq(self.id, solicited_only)?;
+        // The caller is about to sleep until a completion: what its posts left for its
+        // next poll goes now.
+        shared.send_pending(&mut ep);
         Ok(())
     }
 }

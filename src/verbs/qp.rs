@@ -202,8 +202,10 @@ impl QueuePair {
         let now = self.ctx.shared().now();
         let mut ep = self.ctx.shared().endpoint();
         ep.post_send(now, self.qpn, wr)?;
+        let behind_others = ep.sq_outstanding(self.qpn).is_ok_and(|n| n > 1);
+        let bytes = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
         self.ctx.shared().posted_send();
-        self.ctx.shared().kick(ep);
+        self.ctx.shared().kick_post(ep, behind_others, bytes);
         Ok(())
     }
 
