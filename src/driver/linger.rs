@@ -28,7 +28,7 @@ use super::Shared;
 
 /// The longest a poll lingers after a completion: a few times a native round trip's
 /// software part, far less than the driver's wake-up on a busy host.
-pub(super) const LINGER: Duration = Duration::from_micros(50);
+const LINGER: Duration = Duration::from_micros(50);
 /// Score from which polls linger (with no linger wasted since the last that paid).
 const ON: u32 = 2;
 /// The score's ceiling: how many wasted lingers in a row a pattern that paid survives.
@@ -43,7 +43,7 @@ pub(super) struct Linger {
     score: AtomicU32,
     /// Lingers wasted since the last that paid: the score needed is `ON << strikes`.
     strikes: AtomicU32,
-    /// Lingers that took in a frame (`poll_linger_hits`).
+    /// Lingers that took in the peer's request (`poll_linger_hits`).
     hits: AtomicU64,
     /// Lingers that ended with nothing (`poll_linger_timeouts`).
     timeouts: AtomicU64,
@@ -104,6 +104,7 @@ impl Linger {
         self.timeouts.fetch_add(1, Ordering::Relaxed);
         let strikes = (self.strikes.load(Ordering::Relaxed) + 1).min(MAX_STRIKES);
         self.strikes.store(strikes, Ordering::Relaxed);
+        tracing::trace!(strikes, "a poll lingered for nothing");
         let _ = self
             .score
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| {
@@ -128,7 +129,7 @@ impl Shared {
     /// Called by a poll that is about to return completions: if lingering has paid lately,
     /// API threads are polling the link and no RDMA WRITE or READ request came in since the
     /// last post, takes in the link on this thread until one does (here or on the driver)
-    /// or [`LINGER`] passes.
+    /// or `LINGER` passes.
     pub fn linger(&self) {
         let l = &self.linger;
         if !l.wanted() || self.wake.app_polls.load(Ordering::Relaxed) == 0 {
