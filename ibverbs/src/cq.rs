@@ -282,21 +282,6 @@ pub(crate) fn to_ibv_wc(wc: &WorkCompletion) -> ibv_wc {
     }
 }
 
-thread_local! {
-    /// Polls on this thread that found the CQ empty (wrapping).
-    static EMPTY_POLLS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-}
-
-/// A thread that spins on an empty CQ gives up its CPU once every this many polls.
-///
-/// Why: perftest and most verbs programs call `ibv_poll_cq` in a tight loop. Where CPUs
-/// are fewer than busy threads (two perftest processes on a 2-CPU runner), the spinner
-/// holds a CPU that ferroce's driver thread or the peer process needs to produce the
-/// very completion it waits for. A `sched_yield` is cheap when nothing else wants the
-/// CPU; once per 16 empty polls it left `ib_send_lat` where it was and raised
-/// `ib_write_bw -s 4096` by about a seventh on such a host (README, "the C library").
-const YIELD_EVERY: u32 = 16;
-
 /// `ops.poll_cq`: what the header's inline `ibv_poll_cq` calls.
 pub(crate) unsafe extern "C" fn poll_cq(
     cq: *mut ibv_cq,
@@ -317,10 +302,14 @@ pub(crate) unsafe extern "C" fn poll_cq(
             polled.clear();
             let n = q.inner.poll(polled, num_entries as usize);
             if n == 0 {
-                EMPTY_POLLS.set(EMPTY_POLLS.get().wrapping_add(1));
-                if EMPTY_POLLS.get() % YIELD_EVERY == 0 {
-                    std::thread::yield_now();
-                }
+                // Programs call ibv_poll_cq in a tight loop. Where CPUs are fewer than
+                // busy threads (two perftest processes on a 2-CPU runner), the spinner
+                // holds a CPU that ferroce's driver thread or the peer process needs to
+                // produce the very completion it waits for; a yield is one cheap system
+                // call when nothing else wants the CPU. Every empty poll yields: against
+                // every 16th, `ib_write_bw` 64 KiB at MTU 1500 gained a fifth, latency
+                // no change beyond the noise (README, "the C library").
+                std::thread::yield_now();
             }
             for (i, w) in polled.iter().enumerate() {
                 // SAFETY: the caller gives room for num_entries completions; n <= that.
