@@ -85,7 +85,10 @@ impl LinkIo {
     /// Records the MAC address for `ip`, resolving it if unknown.
     pub(super) fn resolve(&self, ip: IpAddr, timeout: Duration) -> Result<[u8; 6], ResolveError> {
         if self.local.contains(&ip) {
-            // Looped back inside the driver: no neighbour needed.
+            // Looped back inside the driver, or sent to the interface's own address for
+            // another process here, which then takes in what this one sends (and this one
+            // its answers): no neighbour needed.
+            self.link.serve_same_host();
             return Ok(self.link.mac());
         }
         if let Some(mac) = relock(&self.neighbours).get(&ip) {

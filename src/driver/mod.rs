@@ -156,6 +156,11 @@ impl Shared {
     /// (which also lets its frames through the link's filter).
     pub fn create_qp(&self, pd: PdId, init: QpInitAttr) -> ferroce_transport::Result<u32> {
         use ferroce_transport::Error;
+        if init.qp_type == ferroce_transport::QpType::Ud {
+            // A UD QP takes datagrams from anyone, so also from processes on this host,
+            // whether or not it ever sends to one.
+            self.io.link.serve_same_host();
+        }
         let mut ep = self.endpoint();
         loop {
             match ep.create_qp(pd, init) {

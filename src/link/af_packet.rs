@@ -51,6 +51,8 @@ pub struct RawSocket {
 /// `PACKET_VNET_HDR` and `PACKET_COPY_THRESH` (linux/if_packet.h).
 const PACKET_VNET_HDR: libc::c_int = 15;
 const PACKET_COPY_THRESH: libc::c_int = 7;
+/// `PACKET_IGNORE_OUTGOING` (linux/if_packet.h, Linux 4.20).
+const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 
 fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
     if ret < 0 {
@@ -107,9 +109,13 @@ impl RawSocket {
         // SAFETY: `raw` is a freshly created descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         attach_filter(raw, filter)?;
-        // Outgoing frames are not ignored (PACKET_IGNORE_OUTGOING): those another process
-        // on this host sends to the interface's own address are how processes reach each
-        // other. The filter keeps only those; the kernel never shows a socket its own.
+        // Outgoing frames are ignored until a QP of this process talks to this host (see
+        // `set_ignore_outgoing`): each one shown to the socket is a clone and a filter run
+        // in the sender's system call. A kernel without the option (before 4.20) shows
+        // them all, and the filter drops them.
+        if let Err(e) = setsockopt(raw, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, &1i32) {
+            tracing::debug!(error = %e, "outgoing frames cannot be ignored");
+        }
         // Room for bursts: a 64 KiB message at MTU 1024 is 64 frames, and a peer may have
         // 128 of them (or a 4 MiB READ response) in flight. SO_RCVBUF is capped at
         // net.core.rmem_max (often 208 KiB, ~190 frames); with CAP_NET_ADMIN the FORCE
@@ -164,6 +170,37 @@ impl RawSocket {
             ifindex,
             vnet,
         })
+    }
+
+    /// Whether the kernel shows the socket frames other sockets of this host send on the
+    /// interface (`false`: PACKET_IGNORE_OUTGOING). Frames another process on this host
+    /// sends to the interface's own address reach this one only that way.
+    pub fn set_ignore_outgoing(&self, ignore: bool) -> io::Result<()> {
+        setsockopt(
+            self.fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            PACKET_IGNORE_OUTGOING,
+            &i32::from(ignore),
+        )
+    }
+
+    /// Whether the kernel currently hides outgoing frames from the socket (read back from
+    /// the kernel, so `--stats` shows what is, not what was asked); `false` on a kernel
+    /// without the option.
+    pub fn ignores_outgoing(&self) -> bool {
+        let mut v: i32 = 0;
+        let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+        // SAFETY: `v` is a writable i32 and `len` holds its exact size.
+        let ret = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                PACKET_IGNORE_OUTGOING,
+                (&mut v as *mut i32).cast(),
+                &mut len,
+            )
+        };
+        ret == 0 && v != 0
     }
 
     /// Replaces the socket's filter; the kernel swaps it atomically, so no frame is judged

@@ -7,7 +7,8 @@
 //! stays in the kernel: a frame is copied to the one process that owns its QP, not to
 //! every process to be dropped in user space.
 //!
-//! Frames another process on this host *sends* (`PACKET_OUTGOING`) are seen too, and are
+//! Frames another process on this host *sends* (`PACKET_OUTGOING`) are seen too once one
+//! of this process's QPs talks to this host (before that the socket ignores them), and are
 //! kept only when addressed to the interface's own MAC address: that is how processes on
 //! one Ethernet interface reach each other through the host's own addresses. On `lo` the
 //! same frame also comes back in as an incoming one, so there outgoing frames are dropped.

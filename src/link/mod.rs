@@ -63,6 +63,15 @@ pub trait Link: Send + Sync + 'static {
     }
     /// Tells other processes how many QPs this one has on the link.
     fn report_qps(&self, _qps: usize) {}
+    /// A QP of this process talks to an address of this host: from now on the link also
+    /// takes in the frames other processes here send to the interface's own address. Until
+    /// then a shared interface does not show a process the others' outgoing frames at all.
+    fn serve_same_host(&self) {}
+    /// How frames from other processes on this host reach this one, for `--stats`; `None`
+    /// when the link is not a host's interface (the in-memory wire).
+    fn same_host(&self) -> Option<&'static str> {
+        None
+    }
     /// A descriptor that polls readable when the link may have gone up or down, or `None`
     /// for a link whose state never changes (the in-memory one).
     fn state_fd(&self) -> Option<RawFd> {

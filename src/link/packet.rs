@@ -4,7 +4,7 @@
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use super::af_packet::{RawSocket, RingUse};
@@ -41,6 +41,9 @@ pub struct PacketLink {
     gso_counters: GsoCounters,
     /// Segments of a super-frame that [`Link::recv`] has not handed out yet.
     pending: Mutex<std::collections::VecDeque<Vec<u8>>>,
+    /// Set once [`Link::serve_same_host`] has run: the socket takes in the frames other
+    /// processes on this host send (it never goes back; see there).
+    serving_same_host: AtomicBool,
 }
 
 /// What the GSO data path did, for `--stats`.
@@ -151,6 +154,7 @@ impl PacketLink {
             _guards: guards,
             share,
             rx_drops: AtomicU64::new(0),
+            serving_same_host: AtomicBool::new(false),
         };
         tracing::info!(iface = %link.iface.name, io = link.io_mode(), "link open");
         Ok(link)
@@ -347,6 +351,32 @@ impl Link for PacketLink {
     }
     fn users(&self) -> Option<LinkUsers> {
         self.share.as_ref().and_then(|s| s.users().ok())
+    }
+    fn serve_same_host(&self) {
+        // On lo every frame sent comes back in as an incoming one: nothing to take.
+        if self.iface.loopback || self.serving_same_host.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        match self.socket.set_ignore_outgoing(false) {
+            Ok(()) => tracing::info!(
+                iface = %self.iface.name,
+                "a QP talks to this host: taking in frames other processes here send"
+            ),
+            Err(e) => tracing::warn!(
+                iface = %self.iface.name,
+                error = %e,
+                "cannot take in frames other processes on this host send"
+            ),
+        }
+    }
+    fn same_host(&self) -> Option<&'static str> {
+        Some(if self.iface.loopback {
+            "in (lo returns every frame sent)"
+        } else if self.socket.ignores_outgoing() {
+            "ignored (no QP of this process talks to this host)"
+        } else {
+            "in (outgoing frames to this interface's address)"
+        })
     }
     fn mac(&self) -> [u8; 6] {
         self.iface.mac

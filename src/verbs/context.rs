@@ -266,6 +266,12 @@ impl Context {
         self.shared().link().io_mode()
     }
 
+    /// How frames other processes on this host send reach this one ("ignored" until a QP
+    /// talks to this host); `None` for the in-memory wire.
+    pub fn link_same_host(&self) -> Option<&'static str> {
+        self.shared().link().same_host()
+    }
+
     /// How many processes (this one included) and QPs use the interface, when processes
     /// share it (a real interface); `None` for a link this process has alone.
     pub fn link_users(&self) -> Option<crate::link::LinkUsers> {

@@ -2,16 +2,19 @@
 # Many ferroce processes on one interface (issue: many RDMA processes per host).
 #   1. Server and client on the same interface, on one veth end (mp-a0, 10.92.0.1, its
 #      peer mp-b0 in another namespace) and on lo (127.0.0.1): `ferroce perf write-bw`,
-#      `ferroce rc-pingpong -c`, and the Debian ib_write_bw, ib_send_lat and
-#      ibv_rc_pingpong -c on ferroce's libibverbs (`ferroce exec`). The namespace's kernel
-#      must send no ICMP port unreachable meanwhile.
+#      `ferroce rc-pingpong -c`, `ferroce ud-pingpong -c`, and the Debian ib_write_bw,
+#      ib_send_lat, ibv_rc_pingpong -c and ibv_ud_pingpong -c on ferroce's libibverbs
+#      (`ferroce exec`). The namespace's kernel must send no ICMP port unreachable
+#      meanwhile.
 #   2. Eight `ferroce mesh` ranks on mp-a0, RC QPs all-to-all, writing and checking data;
 #      rank 7 is SIGKILLed mid-run. The other seven must finish with every byte checked,
 #      the QPs to rank 7 ending in RetryExcErr. A bystander started after the kill
 #      (`ferroce mesh --idle`) gets QP numbers outside rank 7's blocks and receives not one
-#      frame (its --stats counters) while the survivors still retransmit to rank 7. Once
-#      the survivors have exited, only the bystander's packet socket, UDP guard and registry
-#      socket remain; once it has exited too, nothing of ferroce remains (sockets, files).
+#      frame (its --stats counters) while the survivors still retransmit to rank 7; its
+#      socket is not even shown the others' outgoing frames, while the ranks' sockets are
+#      (--stats "same-host frames"). Once the survivors have exited, only the bystander's
+#      packet socket, UDP guard and registry socket remain; once it has exited too,
+#      nothing of ferroce remains (sockets, files).
 #   tests/netns/many_procs.sh [FERROCE_BINARY]      (needs root: namespaces, veth)
 # Prints PASS/FAIL lines and "many-procs: N passed, M failed"; exit 0 iff all pass.
 set -u
@@ -89,6 +92,8 @@ for IF in $IA lo; do
   same_if "ib_write_bw-$IF" $((port += 1)) "$bw" "$F" exec -- ib_write_bw -d "$IF" -x "$G" -F -s 65536 -n 300
   same_if "ib_send_lat-$IF" $((port += 1)) '^ 2 +[0-9]+ +[0-9.]+' "$F" exec -- ib_send_lat -d "$IF" -x "$G" -F -n 500
   same_if "ibv_rc_pingpong-$IF" $((port += 1)) 'iters in .* usec/iter' "$F" exec -- ibv_rc_pingpong -d "$IF" -g "$G" -c -n 200
+  same_if "ud-pingpong-$IF" $((port += 1)) 'iters in .* usec/iter' "$F" ud-pingpong -d "$IF" -c -s 1024 -n 200
+  same_if "ibv_ud_pingpong-$IF" $((port += 1)) 'iters in .* usec/iter' "$F" exec -- ibv_ud_pingpong -d "$IF" -g "$G" -c -s 1024 -n 200
 done
 icmp1=$(icmp_unreach)
 if [ "${icmp0:-x}" = "${icmp1:-y}" ]; then ok no-icmp-unreachable "OutDestUnreachs stayed at $icmp1"
@@ -118,6 +123,7 @@ for r in 0 1 2 3 4 5 6; do
   n_ok=$(grep -cE "^mesh: rank $r peer [0-6]: ok, 40 sent, 40 received and checked" "$f")
   [ -n "$why" ] || [ "$n_ok" = 6 ] || why="$n_ok of 6 live peers complete and checked"
   [ -n "$why" ] || grep -qE "^mesh: rank $r peer 7: lost \(RetryExcErr\)" "$f" || why="peer 7 not lost with RetryExcErr"
+  [ -n "$why" ] || grep -q "^same-host frames: in (outgoing" "$f" || why="its socket did not take in this host's frames ($(grep -h '^same-host' "$f"))"
   if [ -z "$why" ]; then ok "mesh-rank$r" "$(grep -h "peer 7" "$f")"; else ko "mesh-rank$r" "$why" "$f"; fi
 done
 retries=$(cat "$mesh"/rank[0-6].out | grep -o 'completer_retry_err=[0-9]*' | awk -F= '{ s += $2 } END { print s + 0 }')
@@ -147,6 +153,8 @@ why=""
 [ -n "$why" ] || [ -n "$dead_blocks" ] || why="rank 7 published no QP numbers"
 [ -n "$why" ] || [ -z "$(comm -12 <(echo "$dead_blocks") <(echo "$idle_blocks"))" ] || why="the bystander got a block of the dead rank"
 [ -n "$why" ] || [ -z "$rcvd" ] || why="the bystander received $rcvd packets"
+# With no QP talking to this host, the kernel does not even show it the ranks' frames.
+[ -n "$why" ] || grep -q "^same-host frames: ignored" "$mesh/idle.out" || why="the bystander's socket was shown this host's outgoing frames ($(grep -h '^same-host' "$mesh/idle.out"))"
 [ -n "$why" ] || [ "$retries" -gt 0 ] || why="the survivors never retransmitted to the dead rank (nothing to keep out)"
 if [ -z "$why" ]; then
   ok bystander "blocks ${idle_blocks//$'\n'/ } (dead rank: ${dead_blocks//$'\n'/ }), rcvd_pkts 0 while survivors retried $retries times"

@@ -120,6 +120,9 @@ fn print_stats(ctx: &ferroce::verbs::Context) {
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     eprintln!("link: {}", ctx.link_io());
+    if let Some(s) = ctx.link_same_host() {
+        eprintln!("same-host frames: {s}");
+    }
     if let Some(u) = ctx.link_users() {
         let blocks: Vec<String> = ctx
             .qpn_blocks()
