@@ -27,7 +27,8 @@
 #   pairs   natively: aggregate `ferroce perf write-bw` (64 KiB, -D $DURATION s) of 1, 2 and 4
 #           process pairs at once on one veth pair (all servers on one end, all clients on
 #           the other), and 1 pair beside 3 idle processes per end (sockets held, no
-#           traffic), for each MTU in $MTUS: what sharing an interface costs.
+#           traffic), for each MTU in $MTUS: what sharing an interface costs. Beside each,
+#           the same number of kernel TCP process pairs (iperf3) on the same veth.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 what=${1:-all}
@@ -168,6 +169,28 @@ if [ "$what" = pairs ]; then
         done
         [ "$got" = "$n" ] || total=FAILED
         echo "PAIRS $MTU $cfg $total" | tee -a "$res"
+        # The reference: as many kernel TCP process pairs (iperf3) on the same veth.
+        [ "$cfg" = 1+3 ] && continue
+        pids=()
+        for i in $(seq 1 "$n"); do
+          ip netns exec pb iperf3 -s -1 -p $((5300 + i)) >/dev/null 2>&1 &
+        done
+        for i in $(seq 1 "$n"); do
+          for _ in $(seq 1 100); do ip netns exec pb ss -ltn | grep -q ":$((5300 + i))\b" && break; sleep 0.05; done
+        done
+        for i in $(seq 1 "$n"); do
+          ip netns exec pa iperf3 -c 10.79.0.2 -p $((5300 + i)) -t "$DURATION" -f g \
+            >"$out/pairs/$MTU-$n-$i-$rep.tcp" 2>&1 &
+          pids+=($!)
+        done
+        wait "${pids[@]}"
+        total=0 got=0
+        for i in $(seq 1 "$n"); do
+          bw=$(awk '/receiver$/ { for (k = 1; k < NF; k++) if ($(k + 1) == "Gbits/sec") print $k }' "$out/pairs/$MTU-$n-$i-$rep.tcp" | tail -1)
+          [ -n "$bw" ] && got=$((got + 1)) && total=$(awk -v a="$total" -v b="$bw" 'BEGIN { print a + b }')
+        done
+        [ "$got" = "$n" ] || total=FAILED
+        echo "TCPPAIRS $MTU $cfg $total" | tee -a "$res"
       done
     done
     cleanup
@@ -177,6 +200,7 @@ if [ "$what" = pairs ]; then
   awk '
     $1 == "PAIRS" && $4 != "FAILED" { k = $2 " " $3; n[k]++; v[k, n[k]] = $4 + 0; mtus[$2] = 1 }
     $1 == "PAIRS" && $4 == "FAILED" { failed[$2 " " $3]++ }
+    $1 == "TCPPAIRS" && $4 != "FAILED" { k = "tcp " $2 " " $3; n[k]++; v[k, n[k]] = $4 + 0 }
     function median(k,   m, i, j, t, a) {
       m = n[k]; if (m == 0) return 0
       for (i = 1; i <= m; i++) a[i] = v[k, i]
@@ -184,14 +208,14 @@ if [ "$what" = pairs ]; then
       return (m % 2) ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
     }
     END {
-      print "| MTU   | pairs | aggregate Gb/s | per pair Gb/s | total / 1 pair | failed runs |"
-      print "|-------|-------|----------------|---------------|----------------|-------------|"
+      print "| MTU   | pairs       | aggregate Gb/s | per pair Gb/s | total / 1 pair | failed runs | TCP pairs Gb/s | TCP total / 1 pair |"
+      print "|-------|-------------|----------------|---------------|----------------|-------------|----------------|--------------------|"
       for (m in mtus) {
-        one = median(m " 1")
+        one = median(m " 1"); tone = median("tcp " m " 1")
         split("1 2 4 1+3", cfgs, " ")
         for (c = 1; c <= 4; c++) {
-          p = cfgs[c]; t = median(m " " p); np = p + 0
-          printf "| %-5s | %-5s | %-14.3g | %-13.3g | %-14s | %-11d |\n", m, (p == "1+3" ? "1 (+3 idle)" : p), t, t / np, (one > 0 ? sprintf("%.2fx", t / one) : "-"), failed[m " " p] + 0
+          p = cfgs[c]; t = median(m " " p); np = p + 0; tt = median("tcp " m " " p)
+          printf "| %-5s | %-11s | %-14.3g | %-13.3g | %-14s | %-11d | %-14s | %-18s |\n", m, (p == "1+3" ? "1 (+3 idle)" : p), t, t / np, (one > 0 ? sprintf("%.2fx", t / one) : "-"), failed[m " " p] + 0, (tt > 0 ? sprintf("%.3g", tt) : "-"), (tt > 0 && tone > 0 ? sprintf("%.2fx", tt / tone) : "-")
         }
       }
     }' "$res" | tee "$out/pairs-table.md"
