@@ -172,9 +172,9 @@ impl RawSocket {
         })
     }
 
-    /// Whether the kernel shows the socket frames other sockets of this host send on the
-    /// interface (`false`: PACKET_IGNORE_OUTGOING). Frames another process on this host
-    /// sends to the interface's own address reach this one only that way.
+    /// Sets whether the kernel hides from the socket the frames other sockets of this host
+    /// send on the interface (PACKET_IGNORE_OUTGOING). Frames another process on this host
+    /// sends to the interface's own address reach this one only while they are not hidden.
     pub fn set_ignore_outgoing(&self, ignore: bool) -> io::Result<()> {
         setsockopt(
             self.fd.as_raw_fd(),

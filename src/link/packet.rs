@@ -353,8 +353,16 @@ impl Link for PacketLink {
         self.share.as_ref().and_then(|s| s.users().ok())
     }
     fn serve_same_host(&self) {
-        // On lo every frame sent comes back in as an incoming one: nothing to take.
-        if self.iface.loopback || self.serving_same_host.swap(true, Ordering::Relaxed) {
+        // On lo every frame sent comes back in as an incoming one: nothing to take. Called
+        // for every UD send to this host, hence the plain load first.
+        if self.iface.loopback
+            || self.serving_same_host.load(Ordering::Relaxed)
+            || self.serving_same_host.swap(true, Ordering::Relaxed)
+        {
+            return;
+        }
+        if !self.socket.ignores_outgoing() {
+            // A kernel without the option (before 4.20): the socket sees them already.
             return;
         }
         match self.socket.set_ignore_outgoing(false) {
