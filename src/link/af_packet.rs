@@ -81,6 +81,16 @@ pub(super) fn setsockopt<T>(
     check(ret).map(|_| ())
 }
 
+/// PACKET_IGNORE_OUTGOING on `fd`: see [`RawSocket::set_ignore_outgoing`].
+fn set_ignore_outgoing(fd: RawFd, ignore: bool) -> io::Result<()> {
+    setsockopt(
+        fd,
+        libc::SOL_PACKET,
+        PACKET_IGNORE_OUTGOING,
+        &i32::from(ignore),
+    )
+}
+
 /// Requested receive and send buffer size (the kernel doubles it for bookkeeping).
 const SOCKET_BUFFER: i32 = 16 << 20;
 
@@ -113,7 +123,7 @@ impl RawSocket {
         // `set_ignore_outgoing`): each one shown to the socket is a clone and a filter run
         // in the sender's system call. A kernel without the option (before 4.20) shows
         // them all, and the filter drops them.
-        if let Err(e) = setsockopt(raw, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, &1i32) {
+        if let Err(e) = set_ignore_outgoing(raw, true) {
             tracing::debug!(error = %e, "outgoing frames cannot be ignored");
         }
         // Room for bursts: a 64 KiB message at MTU 1024 is 64 frames, and a peer may have
@@ -176,12 +186,7 @@ impl RawSocket {
     /// send on the interface (PACKET_IGNORE_OUTGOING). Frames another process on this host
     /// sends to the interface's own address reach this one only while they are not hidden.
     pub fn set_ignore_outgoing(&self, ignore: bool) -> io::Result<()> {
-        setsockopt(
-            self.fd.as_raw_fd(),
-            libc::SOL_PACKET,
-            PACKET_IGNORE_OUTGOING,
-            &i32::from(ignore),
-        )
+        set_ignore_outgoing(self.fd.as_raw_fd(), ignore)
     }
 
     /// Whether the kernel currently hides outgoing frames from the socket (read back from
