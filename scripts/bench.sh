@@ -123,6 +123,18 @@ if [ "$what" = pairs ]; then
   cleanup() { ip netns del pa 2>/dev/null; ip netns del pb 2>/dev/null; true; }
   cleanup; trap cleanup EXIT
   res=$out/pairs-results.txt; : >"$res"; mkdir -p "$out/pairs"
+  # wait_listen NS PORT: until a TCP socket in NS listens on PORT (at most 5 s).
+  wait_listen() { for _ in $(seq 1 100); do ip netns exec "$1" ss -ltn | grep -q ":$2\b" && break; sleep 0.05; done; }
+  # aggregate N EXT AWK: the sum over pairs 1..N of what AWK prints (last line) from
+  # $out/pairs/$MTU-N-i-$rep.EXT, or FAILED if a pair printed nothing.
+  aggregate() {
+    local total=0 got=0 i bw
+    for i in $(seq 1 "$1"); do
+      bw=$(awk "$3" "$out/pairs/$MTU-$1-$i-$rep.$2" | tail -1)
+      [ -n "$bw" ] && got=$((got + 1)) && total=$(awk -v a="$total" -v b="$bw" 'BEGIN { print a + b }')
+    done
+    if [ "$got" = "$1" ]; then echo "$total"; else echo FAILED; fi
+  }
   for MTU in $MTUS; do
     ip netns add pa; ip netns add pb
     ip link add vpa mtu "$MTU" netns pa type veth peer name vpb mtu "$MTU" netns pb
@@ -131,10 +143,10 @@ if [ "$what" = pairs ]; then
     ip -n pa link set vpa up; ip -n pb link set vpb up
     for rep in $(seq 1 "$REPEAT"); do
       for cfg in 1 1+3 2 4; do
-        # 1+3 runs right after 1, which it is compared with: after the four-pair runs it
-        # came out 0-15% lower, in alternation with 1 the same.
         # 1+3: one pair while three more processes per interface only hold their
-        # sockets (servers waiting for a client): what sharing costs a frame.
+        # sockets (servers waiting for a client): what sharing costs a frame. It runs
+        # right after 1, which it is compared with: after the four-pair runs it came out
+        # 0-15% lower, in alternation with 1 the same.
         n=${cfg%%+*} idle=() pids=()
         if [ "$cfg" = 1+3 ]; then
           for i in 1 2 3; do
@@ -144,9 +156,7 @@ if [ "$what" = pairs ]; then
             idle+=($!)
           done
           for i in 1 2 3; do
-            for ns in pa pb; do
-              for _ in $(seq 1 100); do ip netns exec $ns ss -ltn | grep -q ":$((18800 + i))\b" && break; sleep 0.05; done
-            done
+            for ns in pa pb; do wait_listen $ns $((18800 + i)); done
           done
         fi
         for i in $(seq 1 "$n"); do
@@ -154,9 +164,7 @@ if [ "$what" = pairs ]; then
             >"$out/pairs/$MTU-$n-$i-$rep.server" 2>&1 &
           pids+=($!)
         done
-        for i in $(seq 1 "$n"); do
-          for _ in $(seq 1 100); do ip netns exec pb ss -ltn | grep -q ":$((18700 + i))\b" && break; sleep 0.05; done
-        done
+        for i in $(seq 1 "$n"); do wait_listen pb $((18700 + i)); done
         for i in $(seq 1 "$n"); do
           ip netns exec pa "$F" perf write-bw -d vpa -s 65536 -D "$DURATION" --report_gbits -p $((18700 + i)) 10.79.0.2 \
             >"$out/pairs/$MTU-$n-$i-$rep.client" 2>&1 &
@@ -164,35 +172,21 @@ if [ "$what" = pairs ]; then
         done
         wait "${pids[@]}"
         if [ ${#idle[@]} -gt 0 ]; then kill "${idle[@]}" 2>/dev/null; wait "${idle[@]}" 2>/dev/null; fi
-        total=0 got=0
-        for i in $(seq 1 "$n"); do
-          bw=$(awk '/^ #bytes/ { getline; print $4; exit }' "$out/pairs/$MTU-$n-$i-$rep.client")
-          [ -n "$bw" ] && got=$((got + 1)) && total=$(awk -v a="$total" -v b="$bw" 'BEGIN { print a + b }')
-        done
-        [ "$got" = "$n" ] || total=FAILED
-        echo "PAIRS $MTU $cfg $total" | tee -a "$res"
+        echo "PAIRS $MTU $cfg $(aggregate "$n" client '/^ #bytes/ { getline; print $4; exit }')" | tee -a "$res"
         # The reference: as many kernel TCP process pairs (iperf3) on the same veth.
         [ "$cfg" = 1+3 ] && continue
         pids=()
         for i in $(seq 1 "$n"); do
           ip netns exec pb iperf3 -s -1 -p $((5300 + i)) >/dev/null 2>&1 &
         done
-        for i in $(seq 1 "$n"); do
-          for _ in $(seq 1 100); do ip netns exec pb ss -ltn | grep -q ":$((5300 + i))\b" && break; sleep 0.05; done
-        done
+        for i in $(seq 1 "$n"); do wait_listen pb $((5300 + i)); done
         for i in $(seq 1 "$n"); do
           ip netns exec pa iperf3 -c 10.79.0.2 -p $((5300 + i)) -t "$DURATION" -f g \
             >"$out/pairs/$MTU-$n-$i-$rep.tcp" 2>&1 &
           pids+=($!)
         done
         wait "${pids[@]}"
-        total=0 got=0
-        for i in $(seq 1 "$n"); do
-          bw=$(awk '/receiver$/ { for (k = 1; k < NF; k++) if ($(k + 1) == "Gbits/sec") print $k }' "$out/pairs/$MTU-$n-$i-$rep.tcp" | tail -1)
-          [ -n "$bw" ] && got=$((got + 1)) && total=$(awk -v a="$total" -v b="$bw" 'BEGIN { print a + b }')
-        done
-        [ "$got" = "$n" ] || total=FAILED
-        echo "TCPPAIRS $MTU $cfg $total" | tee -a "$res"
+        echo "TCPPAIRS $MTU $cfg $(aggregate "$n" tcp '/receiver$/ { for (k = 1; k < NF; k++) if ($(k + 1) == "Gbits/sec") print $k }')" | tee -a "$res"
       done
     done
     cleanup
