@@ -219,3 +219,68 @@ fn a_burst_of_posts_left_for_the_next_poll_arrives_whole_and_in_order() {
         );
     }
 }
+
+#[test]
+fn a_post_of_more_than_one_transmit_batch_sends_it_all_without_waking_the_driver() {
+    // A 64 KiB WRITE at MTU 1024 is 64 packets: exactly one transmit batch. A poster that
+    // stopped after one full batch woke the driver for the rest, nearly once per WRITE
+    // (about 300 here), though there was rarely a rest; the driver's wake-up then fought
+    // the poster for the endpoint lock. The poster now sends up to a few batches itself.
+    const SIZE: usize = 64 * 1024;
+    const WRITES: u64 = 300;
+    const DEPTH: u64 = 2;
+    let (a, b) = Context::memory_pair().unwrap();
+    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (a.create_cq(16).unwrap(), b.create_cq(4).unwrap());
+    let cap = QpCap::default();
+    let qp_a = pd_a.create_qp(&cq_a, &cq_a, QpType::Rc, cap).unwrap();
+    let qp_b = pd_b.create_qp(&cq_b, &cq_b, QpType::Rc, cap).unwrap();
+    qp_b.init(Access::LOCAL_WRITE | Access::REMOTE_WRITE, 0)
+        .unwrap();
+    // RcPath's MTU is 1024, as ibv_rc_pingpong's.
+    qp_a.connect(&RcPath::new(b.gid(0).unwrap(), qp_b.qpn(), 1, 2))
+        .unwrap();
+    qp_b.connect(&RcPath::new(a.gid(0).unwrap(), qp_a.qpn(), 2, 1))
+        .unwrap();
+    let dst = pd_b
+        .reg_mr(SIZE, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let src = pd_a.reg_mr(SIZE, Access::empty()).unwrap();
+    let data: Vec<u8> = (0..SIZE).map(|i| (i * 13 + 5) as u8).collect();
+    src.write(0, &data).unwrap();
+    let before = counter(&a, "driver_wakeups");
+    let (mut posted, mut completed) = (0u64, 0u64);
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while completed < WRITES {
+        while posted < WRITES && posted - completed < DEPTH {
+            qp_a.post_send(&wr::rdma_write(
+                posted,
+                src.sge(0, SIZE),
+                dst.addr(),
+                dst.rkey(),
+            ))
+            .unwrap();
+            posted += 1;
+        }
+        out.clear();
+        cq_a.poll(&mut out, 16);
+        for wc in &out {
+            assert_eq!((wc.wr_id, wc.status), (completed, WcStatus::Success));
+            completed += 1;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{completed} of {WRITES} completed; {:?}",
+            a.counters()
+        );
+    }
+    let wakeups = counter(&a, "driver_wakeups") - before;
+    assert!(
+        wakeups < WRITES / 10,
+        "the driver was woken {wakeups} times for {WRITES} WRITEs"
+    );
+    let mut got = vec![0; SIZE];
+    dst.read(0, &mut got).unwrap();
+    assert!(got == data, "the WRITEs' data did not arrive");
+}

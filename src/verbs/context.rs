@@ -293,6 +293,7 @@ impl Context {
         v.push(("loopback_pkts", d.loopback));
         v.push(("rx_socket_drops", self.shared().link_rx_drops()));
         v.extend(self.shared().linger_counters());
+        v.push(("driver_wakeups", self.shared().driver_wakeups()));
         v.extend(self.shared().link().counters());
         v
     }
