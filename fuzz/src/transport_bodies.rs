@@ -302,6 +302,7 @@ impl Harness {
         let mut ep = Endpoint::new(EndpointConfig {
             local_gids: vec![gid(LOCAL)],
             port_mtu: Mtu::Mtu1024,
+            ..Default::default()
         });
         let pd1 = ep.alloc_pd();
         let pd2 = ep.alloc_pd();

@@ -53,6 +53,9 @@ pub struct EndpointConfig {
     pub local_gids: Vec<Ipv6Addr>,
     /// The port's active MTU: the largest path MTU allowed, and the MTU of UD QPs.
     pub port_mtu: Mtu,
+    /// Send each packet of a multi-packet RDMA WRITE without immediate as a WRITE ONLY
+    /// of its own (see [`Endpoint::set_split_writes`]).
+    pub split_writes: bool,
 }
 
 impl Default for EndpointConfig {
@@ -60,6 +63,7 @@ impl Default for EndpointConfig {
         EndpointConfig {
             local_gids: Vec::new(),
             port_mtu: Mtu::Mtu4096,
+            split_writes: false,
         }
     }
 }
@@ -159,6 +163,23 @@ impl Endpoint {
             qpn_space: QpnSpace::Any,
             ip_id: 0,
         }
+    }
+
+    /// Whether RC QPs send every packet of a multi-packet RDMA WRITE without
+    /// immediate as an RDMA WRITE ONLY of its own, each with its RETH (address, key and
+    /// length of that packet's share), instead of FIRST, MIDDLE..., LAST.
+    ///
+    /// The peer's memory ends up the same, in the same order, with the same checks: a
+    /// WRITE without immediate consumes nothing at the responder and completes nowhere
+    /// there, so nothing can tell one message from several. AckReq is still set only on
+    /// the work request's last packet (and every `MAX_PKTS_PER_ACK`th). What it buys:
+    /// every packet of a run of WRITEs then has the same length (a FIRST carries 16 bytes
+    /// more than a MIDDLE), so a link that joins equal packets into UDP GSO super-frames
+    /// can join them across messages: 4 KiB WRITEs at MTU 1024 leave in one super-frame
+    /// per burst instead of two frames per message. Off by default; the driver turns it on
+    /// where its link joins frames.
+    pub fn set_split_writes(&mut self, on: bool) {
+        self.config.split_writes = on;
     }
 
     /// The configuration.
@@ -831,17 +852,18 @@ impl Endpoint {
             events,
             now,
         };
+        let (gids, split) = (&config.local_gids[..], config.split_writes);
         let start = *rr;
         let mut sent = None;
         for (&qpn, qp) in qps.range_mut(start..) {
-            if let Some(m) = qp.transmit(&mut ctx, &config.local_gids, dcqcn, buf) {
+            if let Some(m) = qp.transmit(&mut ctx, gids, split, dcqcn, buf) {
                 sent = Some((qpn, m));
                 break;
             }
         }
         if sent.is_none() {
             for (&qpn, qp) in qps.range_mut(..start) {
-                if let Some(m) = qp.transmit(&mut ctx, &config.local_gids, dcqcn, buf) {
+                if let Some(m) = qp.transmit(&mut ctx, gids, split, dcqcn, buf) {
                     sent = Some((qpn, m));
                     break;
                 }

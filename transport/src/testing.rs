@@ -229,6 +229,7 @@ impl Sim {
                 Endpoint::new(EndpointConfig {
                     local_gids: vec![if ipv6 { node_gid_v6(i) } else { node_gid(i) }],
                     port_mtu: Mtu::Mtu4096,
+                    ..Default::default()
                 })
             })
             .collect();

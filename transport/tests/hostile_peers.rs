@@ -101,6 +101,7 @@ fn keys_iovas_and_qpns_come_from_the_random_source() {
     let cfg = || EndpointConfig {
         local_gids: vec![],
         port_mtu: Mtu::Mtu4096,
+        ..Default::default()
     };
     let regions = |seed: u64| {
         let mut ep = Endpoint::with_random(cfg(), seeded_fill(seed));

@@ -159,6 +159,10 @@ struct Plan {
 
 fn run(c: &Case) -> Result<(), TestCaseError> {
     let mut sim = Sim::new(c.seed, 2, c.seed % 2 == 0);
+    // Half the cases split their WRITEs into WRITE ONLY packets, as over a GSO link.
+    for node in &mut sim.nodes {
+        node.set_split_writes(c.seed % 4 < 2);
+    }
     sim.set_all_faults(c.faults);
     let o = QpOpts {
         mtu: c.mtu,

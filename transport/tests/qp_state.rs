@@ -219,6 +219,7 @@ fn verbs_argument_checks() {
     let mut ep = Endpoint::new(EndpointConfig {
         local_gids: vec![sim_gid()],
         port_mtu: Mtu::Mtu1024,
+        ..Default::default()
     });
     let pd = ep.alloc_pd();
     assert_eq!(

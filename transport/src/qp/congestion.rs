@@ -126,13 +126,14 @@ impl Qp {
         &mut self,
         ctx: &mut Ctx<'_>,
         gids: &[Ipv6Addr],
+        split: bool,
         dcqcn: &DcqcnConfig,
         buf: &mut [u8],
     ) -> Option<TxMeta> {
         if !self.cc.is_enabled(dcqcn) {
             return self
                 .responder_tx(ctx, gids, buf, true)
-                .or_else(|| self.requester_tx(ctx, gids, buf));
+                .or_else(|| self.requester_tx(ctx, gids, split, buf));
         }
         // Congestion control: CNPs first and never paced, then responder packets (READ
         // responses only when the pacer allows), then requests (only when it allows).
@@ -145,7 +146,7 @@ impl Qp {
         let ready = rp.ready(now);
         let mut sent = self.responder_tx(ctx, gids, buf, ready);
         if sent.is_none() && ready {
-            sent = self.requester_tx(ctx, gids, buf);
+            sent = self.requester_tx(ctx, gids, split, buf);
         }
         if let Some(m) = &mut sent {
             m.ecn = Some(dcqcn.ecn);

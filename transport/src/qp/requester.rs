@@ -134,10 +134,11 @@ impl Qp {
         &mut self,
         ctx: &mut Ctx<'_>,
         gids: &[Ipv6Addr],
+        split_writes: bool,
         buf: &mut [u8],
     ) -> Option<TxMeta> {
         let idx = self.decide(ctx)?;
-        let mut req = self.headers(idx, gids)?;
+        let mut req = self.headers(idx, gids, split_writes)?;
         let Some(opcode) = req.opcode else {
             // Not reachable for WRs that passed post_send; fail the WQE rather than panic.
             self.local_error(ctx, WcStatus::LocQpOpErr);
@@ -292,13 +293,22 @@ impl Qp {
     /// Headers: the BTH and extension headers, addresses and payload length of the next
     /// packet of WQE `idx`; `None` when it cannot be addressed (no UD destination or
     /// source GID).
-    fn headers(&self, idx: usize, gids: &[Ipv6Addr]) -> Option<Request> {
+    fn headers(&self, idx: usize, gids: &[Ipv6Addr], split_writes: bool) -> Option<Request> {
         let mtu = self.mtu();
         let w = &self.sq[idx];
         let op = w.wr.opcode;
         let k = self.req.offset / mtu;
-        let pos = position(k, w.npkts);
-        let end = matches!(pos, Position::Last | Position::Only);
+        // Split: each packet its own WRITE ONLY (see `Endpoint::set_split_writes`). RC
+        // only: its go-back-N delivers every packet in order, while a UC responder that
+        // loses one packet of a message must drop the rest, not write it.
+        let split =
+            split_writes && self.qp_type == QpType::Rc && op == WrOpcode::RdmaWrite && w.npkts > 1;
+        let pos = if split {
+            Position::Only
+        } else {
+            position(k, w.npkts)
+        };
+        let end = k + 1 >= w.npkts;
         let psn = self.req.next_psn;
         let mut ext = ExtRepr::default();
         let (operation, payload_len, consumed) = match op {
@@ -308,7 +318,13 @@ impl Qp {
             }
             WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => {
                 let n = (w.len - self.req.offset).min(mtu);
-                if matches!(pos, Position::First | Position::Only) {
+                if split {
+                    ext.reth = Some(RethRepr {
+                        va: w.wr.remote_addr.wrapping_add(u64::from(self.req.offset)),
+                        rkey: w.wr.rkey,
+                        dma_len: n,
+                    });
+                } else if matches!(pos, Position::First | Position::Only) {
                     ext.reth = Some(RethRepr {
                         va: w.wr.remote_addr,
                         rkey: w.wr.rkey,
