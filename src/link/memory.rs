@@ -48,7 +48,9 @@ pub type SuperFault = Box<dyn FnMut(u64, &mut Vec<u8>) -> Fate + Send>;
 
 struct SuperWire {
     fault: SuperFault,
+    /// Super-frames sent (`gso_tx_frames`), and the packets they joined (`gso_tx_pkts`).
     sent: u64,
+    sent_pkts: u64,
     held: Option<(Vec<u8>, VnetHdr)>,
 }
 
@@ -94,6 +96,7 @@ impl MemoryLink {
             Some(Mutex::new(SuperWire {
                 fault,
                 sent: 0,
+                sent_pkts: 0,
                 held: None,
             }))
         };
@@ -114,6 +117,16 @@ impl MemoryLink {
 impl Link for MemoryLink {
     fn mac(&self) -> [u8; 6] {
         self.mac
+    }
+    fn joins_frames(&self) -> bool {
+        self.gso.is_some()
+    }
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let Some(wire) = &self.gso else {
+            return Vec::new();
+        };
+        let w = wire.lock().expect("wire lock");
+        vec![("gso_tx_frames", w.sent), ("gso_tx_pkts", w.sent_pkts)]
     }
     fn send(&self, frame: &[u8]) -> io::Result<bool> {
         self.push(frame.to_vec(), VnetHdr::NONE);
@@ -162,6 +175,7 @@ impl Link for MemoryLink {
             }
             let fate = (w.fault)(w.sent, &mut whole);
             w.sent += 1;
+            w.sent_pkts += r.count as u64;
             match fate {
                 Fate::Deliver => self.push(whole, r.vnet),
                 Fate::Drop => {}

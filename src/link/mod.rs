@@ -90,6 +90,11 @@ pub trait Link: Send + Sync + 'static {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+    /// Whether consecutive equal-length frames of one flow may leave joined into one
+    /// super-frame (UDP GSO): then it pays to send frames of equal length.
+    fn joins_frames(&self) -> bool {
+        false
+    }
     /// How frames move, for `--stats` and logs: "rx=… tx=…".
     fn io_mode(&self) -> &'static str {
         "rx=memory tx=memory"

@@ -500,6 +500,11 @@ impl Link for PacketLink {
             Err(e) => Err(e),
         }
     }
+    fn joins_frames(&self) -> bool {
+        // Not the UDP-socket way: it serves rxe peers (Linux 6.1), where split WRITEs
+        // are not proven.
+        self.gso.on() && !self.socket.rings().is_some_and(|r| r.has_tx())
+    }
     fn io_mode(&self) -> &'static str {
         if self.gso.udp() {
             return "tx=sendmmsg+udp gso=udp-socket (FERROCE_GSO=udp)";

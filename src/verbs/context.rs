@@ -138,6 +138,7 @@ impl Context {
         let config = EndpointConfig {
             local_gids: attr.gids.entries().iter().map(|e| e.gid).collect(),
             port_mtu: attr.active_mtu,
+            split_writes: split_writes(link.joins_frames()),
         };
         let endpoint = Endpoint::with_random(config, super::random::os_random()?);
         let driver = Driver::start(endpoint, link, resolver)?;
@@ -272,6 +273,12 @@ impl Context {
         self.shared().link().same_host()
     }
 
+    /// Whether RC RDMA WRITEs leave as one WRITE ONLY packet each (see
+    /// [`Endpoint::set_split_writes`]).
+    pub fn split_writes(&self) -> bool {
+        self.shared().endpoint().config().split_writes
+    }
+
     /// How many processes (this one included) and QPs use the interface, when processes
     /// share it (a real interface); `None` for a link this process has alone.
     pub fn link_users(&self) -> Option<crate::link::LinkUsers> {
@@ -301,6 +308,18 @@ impl Context {
     /// Records every RoCE frame sent and received from now on to a pcap file.
     pub fn start_pcap(&self, path: &Path) -> Result<(), Error> {
         Ok(self.shared().start_pcap(path)?)
+    }
+}
+
+/// Whether RDMA WRITEs leave as WRITE ONLY packets (see
+/// [`Endpoint::set_split_writes`]): where the link joins equal-length frames into
+/// super-frames, which they then join across messages; `FERROCE_SPLIT_WRITES=0` or `1`
+/// decides instead (`1`: to test a peer with them where the link joins nothing).
+fn split_writes(link_joins_frames: bool) -> bool {
+    match std::env::var("FERROCE_SPLIT_WRITES").as_deref() {
+        Ok("0") => false,
+        Ok("1") => true,
+        _ => link_joins_frames,
     }
 }
 
@@ -430,6 +449,71 @@ mod tests {
         }
         assert!(counter(&a, "retransmitted_pkts") > 0);
         assert!(counter(&b, "duplicate_request") > 0);
+    }
+
+    /// On a link that joins frames, 4 KiB WRITEs at MTU 1024 go as equal WRITE ONLY
+    /// packets, so a burst of them leaves in super-frames spanning messages. As FIRST,
+    /// MIDDLE, MIDDLE, LAST (the FIRST 16 bytes longer) each message was two frames: the
+    /// FIRST alone and a super-frame of three, at most 3 packets per frame.
+    #[test]
+    fn a_burst_of_small_writes_joins_across_messages() {
+        use crate::link::{Fate, SuperFault};
+        let deliver = || -> SuperFault { Box::new(|_, _: &mut Vec<u8>| Fate::Deliver) };
+        let (a, b) = Context::memory_gso_pair(deliver(), deliver()).unwrap();
+        let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+        let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+        const MSG: usize = 4096;
+        const WRITES: usize = 48;
+        let mr_a = pd_a.reg_mr(MSG * WRITES, Access::LOCAL_WRITE).unwrap();
+        let mr_b = pd_b
+            .reg_mr(MSG * WRITES, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
+        let (qp_a, _qp_b) = connected_rc((&a, &pd_a, &cq_a), (&b, &pd_b, &cq_b));
+        let data: Vec<u8> = (0..MSG * WRITES)
+            .map(|i| (i * 31 + i / 777) as u8)
+            .collect();
+        mr_a.write(0, &data).unwrap();
+        // Posted while the send queue drains (SQD), so that all are waiting when the QP
+        // returns to RTS, as behind a full send window.
+        let state = |s| {
+            let attr = ferroce_transport::QpAttr {
+                qp_state: s,
+                ..Default::default()
+            };
+            qp_a.modify(&attr, ferroce_transport::QpAttrMask::STATE)
+                .unwrap();
+        };
+        state(ferroce_transport::QpState::Sqd);
+        for k in 0..WRITES {
+            let at = k * MSG;
+            let w = wr::rdma_write(
+                k as u64,
+                mr_a.sge(at, MSG),
+                mr_b.addr() + at as u64,
+                mr_b.rkey(),
+            );
+            qp_a.post_send(&w).unwrap();
+        }
+        state(ferroce_transport::QpState::Rts);
+        let mut out = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while out.len() < WRITES {
+            cq_a.poll(&mut out, 16);
+            assert!(
+                Instant::now() < deadline,
+                "{} of {WRITES} completed",
+                out.len()
+            );
+        }
+        for (k, wc) in out.iter().enumerate() {
+            assert_eq!((wc.wr_id, wc.status), (k as u64, WcStatus::Success));
+        }
+        assert!(mr_b.to_vec() == data, "written data differs");
+        let (frames, pkts) = (counter(&a, "gso_tx_frames"), counter(&a, "gso_tx_pkts"));
+        assert!(
+            frames > 0 && pkts >= 16 * frames,
+            "{pkts} packets in {frames} super-frames"
+        );
     }
 
     /// The driver honours the DCQCN pacer: a QP paced at 20 Mb/s cannot move 512 KiB

@@ -2,16 +2,16 @@
 # The UDP GSO data path natively (issue: super-packets), between two namespaces on a veth
 # pair, as `scripts/bench.sh` measures it:
 #   1. At veth MTU 1500 and 9000 (RoCE path MTU 1024 and 4096), `ferroce rc-ops -s 65536`
-#      (every RC operation, data checked byte for byte): both ends say `gso=on`, and each
-#      end's --stats show
-#      super-frames sent (WRITE/SEND data one way, READ responses the other) and received
-#      and split by the peer, none malformed.
+#      (every RC operation, data checked byte for byte): both ends say `gso=on` and that
+#      they send RC WRITEs as WRITE ONLY packets, and each end's --stats show super-frames
+#      sent (WRITE/SEND data one way, READ responses the other) and received and split by
+#      the peer, none malformed.
 #      The same with FERROCE_GSO=udp at both ends (super-packets through UDP sockets with
 #      UDP_SEGMENT, the kernel building their headers): both say `gso=udp-socket`, the
 #      same counters, no ICRC error.
-#   2. The same with FERROCE_GSO=0 at the client: it says why GSO is off and sends no
-#      super-frame, the server receives none (the counters are the path's, not constants);
-#      the server still sends them and the client still splits them.
+#   2. The same with FERROCE_GSO=0 at the client: it says why GSO is off, splits no
+#      WRITE, sends no super-frame, the server receives none (the counters are the path's,
+#      not constants); the server still sends them and the client still splits them.
 #   tests/netns/gso.sh [FERROCE_BINARY]      (needs root: namespaces, veth; Linux >= 6.2)
 # Prints PASS/FAIL lines and "gso: N passed, M failed"; exit 0 iff all pass.
 set -u
@@ -62,6 +62,8 @@ for mtu in 1500 9000; do
   run "$n" "$([ $mtu = 1500 ] && echo 1024 || echo 4096)" FERROCE_GSO=1
   c=$out/$n.client s=$out/$n.server
   if grep -q '^link: .* gso=on$' "$c" && grep -q '^link: .* gso=on$' "$s"; then ok "$n: both ends gso=on"; else ko "$n: gso not on" "$c" "$s"; fi
+  # Joining links send RC WRITEs as WRITE ONLY packets, equal in length across messages.
+  if grep -q '^writes: split' "$c" && grep -q '^writes: split' "$s"; then ok "$n: both ends split WRITEs"; else ko "$n: WRITEs not split" "$c" "$s"; fi
   ctx=$(counter "$c" gso_tx_pkts) srx=$(counter "$s" gso_rx_pkts) stx=$(counter "$s" gso_tx_pkts) crx=$(counter "$c" gso_rx_pkts)
   bad=$(( $(counter "$c" gso_rx_malformed) + $(counter "$s" gso_rx_malformed) + $(counter "$c" rx_icrc_err) + $(counter "$s" rx_icrc_err) ))
   echo "    client sent $ctx packets in $(counter "$c" gso_tx_frames) super-frames; server split $srx from $(counter "$s" gso_rx_frames)"
@@ -90,7 +92,7 @@ done
 
 run gso-off-client 4096 FERROCE_GSO=0
 c=$out/gso-off-client.client s=$out/gso-off-client.server
-if grep -q '^link: .* gso=off (FERROCE_GSO=0)$' "$c" && [ "$(counter "$c" gso_tx_frames)" = 0 ] &&
+if grep -q '^link: .* gso=off (FERROCE_GSO=0)$' "$c" && ! grep -q '^writes: split' "$c" && [ "$(counter "$c" gso_tx_frames)" = 0 ] &&
   [ "$(counter "$s" gso_rx_frames)" = 0 ] && [ "$(counter "$c" gso_rx_frames)" -gt 0 ]; then
   ok "FERROCE_GSO=0: the client says so and sends no super-frame; it still splits the server's"
 else

@@ -120,6 +120,9 @@ fn print_stats(ctx: &ferroce::verbs::Context) {
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     eprintln!("link: {}", ctx.link_io());
+    if ctx.split_writes() {
+        eprintln!("writes: split (each packet a WRITE ONLY of its own)");
+    }
     if let Some(s) = ctx.link_same_host() {
         eprintln!("same-host frames: {s}");
     }
