@@ -230,18 +230,28 @@ impl Shared {
         let src = self.io.link.mac();
         let neighbours = relock(&self.io.neighbours);
         let mut no_neighbour = 0;
+        // The last destination looked up: a batch is mostly one flow, and two hash
+        // lookups per packet showed in profiles (1.5% of all CPU at 64 KiB, MTU 1500).
+        let mut last: Option<(IpAddr, bool, Option<[u8; 6]>)> = None;
         let out = self.io.link.send_each(&mut tx, max, &mut |slot| {
             let t = ep.poll_transmit(now, &mut slot[14..])?;
             // To this host: frames for this process's own QPs go straight back to the
             // transport; those for another process's go to the interface's own MAC
             // address, where its socket sees them go out (or, on lo, come back in).
-            let local = self.io.local.contains(&t.dst);
-            let dst = if local {
-                Some(&src)
-            } else {
-                neighbours.get(&t.dst)
+            let (local, dst) = match last {
+                Some((ip, local, dst)) if ip == t.dst => (local, dst),
+                _ => {
+                    let local = self.io.local.contains(&t.dst);
+                    let dst = if local {
+                        Some(src)
+                    } else {
+                        neighbours.get(&t.dst).copied()
+                    };
+                    last = Some((t.dst, local, dst));
+                    (local, dst)
+                }
             };
-            let Some(&dst) = dst else {
+            let Some(dst) = dst else {
                 tracing::debug!(dst = %t.dst, "no MAC address for destination; dropped");
                 no_neighbour += 1;
                 return Some(0);
