@@ -154,12 +154,21 @@ fn polls_learn_to_take_in_the_write_a_memory_spinning_program_waits_for() {
     panic!("the driver executed most WRITEs in every try: {tries:?}");
 }
 
-#[test]
-fn a_burst_of_posts_left_for_the_next_poll_arrives_whole_and_in_order() {
-    const SIZE: usize = 4096;
-    const SLOTS: usize = 16;
-    const WRITES: u64 = 600;
-    const DEPTH: u64 = 48;
+/// A's RC QP connected to B's on the in-memory wire (MTU 1024, `RcPath`'s default), and a
+/// region of `dst_len` bytes on B that A may write. Fields drop in order: QPs first.
+struct Writer {
+    qp_a: QueuePair,
+    _qp_b: QueuePair,
+    cq_a: CompletionQueue,
+    _cq_b: CompletionQueue,
+    dst: MemoryRegion,
+    pd_a: ProtectionDomain,
+    _pd_b: ProtectionDomain,
+    a: Context,
+    _b: Context,
+}
+
+fn writer(dst_len: usize) -> Writer {
     let (a, b) = Context::memory_pair().unwrap();
     let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(4).unwrap());
@@ -173,46 +182,68 @@ fn a_burst_of_posts_left_for_the_next_poll_arrives_whole_and_in_order() {
     qp_b.connect(&RcPath::new(a.gid(0).unwrap(), qp_a.qpn(), 2, 1))
         .unwrap();
     let dst = pd_b
-        .reg_mr(SIZE * SLOTS, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .reg_mr(dst_len, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
         .unwrap();
-    // One source slot per WRITE in flight, refilled when its WRITE completes.
-    let src = pd_a.reg_mr(SIZE * 64, Access::empty()).unwrap();
-    let pattern = |n: u64| -> Vec<u8> { (0..SIZE).map(|i| (n as usize * 7 + i) as u8).collect() };
-    let (mut posted, mut completed) = (0u64, 0u64);
-    let mut out = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while completed < WRITES {
-        // Post as perftest does: as many as the depth allows, back to back.
-        while posted < WRITES && posted - completed < DEPTH {
-            let s = (posted % 64) as usize * SIZE;
-            src.write(s, &pattern(posted)).unwrap();
-            let d = (posted as usize % SLOTS) * SIZE;
-            qp_a.post_send(&wr::rdma_write(
-                posted,
-                src.sge(s, SIZE),
-                dst.addr() + d as u64,
-                dst.rkey(),
-            ))
-            .unwrap();
-            posted += 1;
-        }
-        out.clear();
-        cq_a.poll(&mut out, 16);
-        for wc in &out {
-            assert_eq!((wc.wr_id, wc.status), (completed, WcStatus::Success));
-            completed += 1;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{completed} of {WRITES} completed; {:?}",
-            a.counters()
-        );
+    Writer {
+        qp_a,
+        _qp_b: qp_b,
+        cq_a,
+        _cq_b: cq_b,
+        dst,
+        pd_a,
+        _pd_b: pd_b,
+        a,
+        _b: b,
     }
+}
+
+impl Writer {
+    /// Posts `writes` work requests, `make(n)` the n-th, as perftest does: as many as
+    /// `depth` allows, back to back, then a poll; each must complete, in order.
+    fn stream(&self, writes: u64, depth: u64, mut make: impl FnMut(u64) -> SendWr) {
+        let (mut posted, mut completed) = (0u64, 0u64);
+        let mut out = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while completed < writes {
+            while posted < writes && posted - completed < depth {
+                self.qp_a.post_send(&make(posted)).unwrap();
+                posted += 1;
+            }
+            out.clear();
+            self.cq_a.poll(&mut out, 16);
+            for wc in &out {
+                assert_eq!((wc.wr_id, wc.status), (completed, WcStatus::Success));
+                completed += 1;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{completed} of {writes} completed; {:?}",
+                self.a.counters()
+            );
+        }
+    }
+}
+
+#[test]
+fn a_burst_of_posts_left_for_the_next_poll_arrives_whole_and_in_order() {
+    const SIZE: usize = 4096;
+    const SLOTS: usize = 16;
+    const WRITES: u64 = 600;
+    let w = writer(SIZE * SLOTS);
+    // One source slot per WRITE in flight, refilled when its WRITE completes.
+    let src = w.pd_a.reg_mr(SIZE * 64, Access::empty()).unwrap();
+    let pattern = |n: u64| -> Vec<u8> { (0..SIZE).map(|i| (n as usize * 7 + i) as u8).collect() };
+    w.stream(WRITES, 48, |n| {
+        let s = (n % 64) as usize * SIZE;
+        src.write(s, &pattern(n)).unwrap();
+        let d = (n as usize % SLOTS) * SIZE;
+        wr::rdma_write(n, src.sge(s, SIZE), w.dst.addr() + d as u64, w.dst.rkey())
+    });
     // The last WRITE into each slot is the one there.
     for slot in 0..SLOTS {
         let last = (WRITES - 1) - ((WRITES - 1 - slot as u64) % SLOTS as u64);
         let mut got = vec![0; SIZE];
-        dst.read(slot * SIZE, &mut got).unwrap();
+        w.dst.read(slot * SIZE, &mut got).unwrap();
         assert!(
             got == pattern(last),
             "slot {slot} does not hold WRITE {last}"
@@ -228,59 +259,20 @@ fn a_post_of_more_than_one_transmit_batch_sends_it_all_without_waking_the_driver
     // the poster for the endpoint lock. The poster now sends up to a few batches itself.
     const SIZE: usize = 64 * 1024;
     const WRITES: u64 = 300;
-    const DEPTH: u64 = 2;
-    let (a, b) = Context::memory_pair().unwrap();
-    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (cq_a, cq_b) = (a.create_cq(16).unwrap(), b.create_cq(4).unwrap());
-    let cap = QpCap::default();
-    let qp_a = pd_a.create_qp(&cq_a, &cq_a, QpType::Rc, cap).unwrap();
-    let qp_b = pd_b.create_qp(&cq_b, &cq_b, QpType::Rc, cap).unwrap();
-    qp_b.init(Access::LOCAL_WRITE | Access::REMOTE_WRITE, 0)
-        .unwrap();
-    // RcPath's MTU is 1024, as ibv_rc_pingpong's.
-    qp_a.connect(&RcPath::new(b.gid(0).unwrap(), qp_b.qpn(), 1, 2))
-        .unwrap();
-    qp_b.connect(&RcPath::new(a.gid(0).unwrap(), qp_a.qpn(), 2, 1))
-        .unwrap();
-    let dst = pd_b
-        .reg_mr(SIZE, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
-        .unwrap();
-    let src = pd_a.reg_mr(SIZE, Access::empty()).unwrap();
+    let w = writer(SIZE);
+    let src = w.pd_a.reg_mr(SIZE, Access::empty()).unwrap();
     let data: Vec<u8> = (0..SIZE).map(|i| (i * 13 + 5) as u8).collect();
     src.write(0, &data).unwrap();
-    let before = counter(&a, "driver_wakeups");
-    let (mut posted, mut completed) = (0u64, 0u64);
-    let mut out = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while completed < WRITES {
-        while posted < WRITES && posted - completed < DEPTH {
-            qp_a.post_send(&wr::rdma_write(
-                posted,
-                src.sge(0, SIZE),
-                dst.addr(),
-                dst.rkey(),
-            ))
-            .unwrap();
-            posted += 1;
-        }
-        out.clear();
-        cq_a.poll(&mut out, 16);
-        for wc in &out {
-            assert_eq!((wc.wr_id, wc.status), (completed, WcStatus::Success));
-            completed += 1;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{completed} of {WRITES} completed; {:?}",
-            a.counters()
-        );
-    }
-    let wakeups = counter(&a, "driver_wakeups") - before;
+    let before = counter(&w.a, "driver_wakeups");
+    w.stream(WRITES, 2, |n| {
+        wr::rdma_write(n, src.sge(0, SIZE), w.dst.addr(), w.dst.rkey())
+    });
+    let wakeups = counter(&w.a, "driver_wakeups") - before;
     assert!(
         wakeups < WRITES / 10,
         "the driver was woken {wakeups} times for {WRITES} WRITEs"
     );
     let mut got = vec![0; SIZE];
-    dst.read(0, &mut got).unwrap();
+    w.dst.read(0, &mut got).unwrap();
     assert!(got == data, "the WRITEs' data did not arrive");
 }

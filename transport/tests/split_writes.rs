@@ -11,7 +11,7 @@ use std::rc::Rc;
 
 use common::*;
 use ferroce_transport::testing::{connect, parse, Faults, QpOpts, Sim};
-use ferroce_transport::{WcOpcode, WrOpcode};
+use ferroce_transport::{SendWr, Sge, WcOpcode, WrOpcode};
 use ferroce_wire::Opcode;
 
 /// What the tap saw of one request packet from node 0.
@@ -46,6 +46,15 @@ fn tap_requests(sim: &mut Sim, base: u64) -> Rc<RefCell<Vec<Seen>>> {
     seen
 }
 
+/// A signaled WRITE (or WRITE with immediate) of `sg` to `addr` under `rkey`.
+fn write(id: u64, op: WrOpcode, sg: Sge, addr: u64, rkey: u32) -> SendWr {
+    SendWr {
+        remote_addr: addr,
+        rkey,
+        ..send_wr(id, op, vec![sg])
+    }
+}
+
 #[test]
 fn a_split_write_is_write_only_packets_with_one_ack_request_each_wr() {
     let mut sim = Sim::new(1, 2, false);
@@ -57,15 +66,17 @@ fn a_split_write_is_write_only_packets_with_one_ack_request_each_wr() {
     let seen = tap_requests(&mut sim, dst.addr);
     // 4096 bytes (4 full packets), then 3000 (two full and a 952-byte one), then a WRITE
     // with immediate, which consumes a receive WQE and so stays one message.
-    let mut w1 = send_wr(1, WrOpcode::RdmaWrite, vec![sge(&src, 0, 4096)]);
-    w1.remote_addr = dst.addr;
-    w1.rkey = dst.rkey;
-    let mut w2 = send_wr(2, WrOpcode::RdmaWrite, vec![sge(&src, 4096, 3000)]);
-    w2.remote_addr = dst.addr + 4096;
-    w2.rkey = dst.rkey;
-    let mut w3 = send_wr(3, WrOpcode::RdmaWriteWithImm, vec![sge(&src, 0, 3000)]);
-    w3.remote_addr = dst.addr + 8192;
-    w3.rkey = dst.rkey;
+    let (addr, rkey) = (dst.addr, dst.rkey);
+    let w1 = write(1, WrOpcode::RdmaWrite, sge(&src, 0, 4096), addr, rkey);
+    let w2 = write(
+        2,
+        WrOpcode::RdmaWrite,
+        sge(&src, 4096, 3000),
+        addr + 4096,
+        rkey,
+    );
+    let imm = WrOpcode::RdmaWriteWithImm;
+    let mut w3 = write(3, imm, sge(&src, 0, 3000), addr + 8192, rkey);
     w3.imm_data = 7;
     post_recv(&mut sim, b, 9, vec![]);
     for w in [&w1, &w2, &w3] {
@@ -153,13 +164,8 @@ fn split_writes_land_exactly_through_loss_duplication_and_reordering() {
         let lens: Vec<usize> = (0..WRITES).map(|i| 1 + (i * 1777) % (SLOT - 1)).collect();
         for (i, &len) in lens.iter().enumerate() {
             let at = (i * SLOT) as u64;
-            let mut w = send_wr(
-                i as u64,
-                WrOpcode::RdmaWrite,
-                vec![sge(&src, at, len as u32)],
-            );
-            w.remote_addr = dst.addr + at;
-            w.rkey = dst.rkey;
+            let sg = sge(&src, at, len as u32);
+            let w = write(i as u64, WrOpcode::RdmaWrite, sg, dst.addr + at, dst.rkey);
             sim.nodes[0].post_send(sim.now, a.qpn, &w).unwrap();
         }
         let wa = wait_wcs(&mut sim, a, WRITES);
@@ -206,9 +212,13 @@ fn uc_writes_are_never_split() {
     let src = mr(&mut sim, a, data.clone());
     let dst = mr(&mut sim, b, vec![0; 3000]);
     let seen = tap_requests(&mut sim, dst.addr);
-    let mut w = send_wr(1, WrOpcode::RdmaWrite, vec![sge(&src, 0, 3000)]);
-    w.remote_addr = dst.addr;
-    w.rkey = dst.rkey;
+    let w = write(
+        1,
+        WrOpcode::RdmaWrite,
+        sge(&src, 0, 3000),
+        dst.addr,
+        dst.rkey,
+    );
     sim.nodes[0].post_send(sim.now, a.qpn, &w).unwrap();
     assert_ok(&wait_wcs(&mut sim, a, 1));
     sim.run_idle(std::time::Duration::from_millis(10));
