@@ -318,17 +318,13 @@ impl Qp {
             }
             WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => {
                 let n = (w.len - self.req.offset).min(mtu);
-                if split {
+                if matches!(pos, Position::First | Position::Only) {
+                    // The RETH names the bytes its message carries from here: the whole
+                    // WQE (a FIRST or ONLY starts at offset 0), or, split, this packet.
                     ext.reth = Some(RethRepr {
                         va: w.wr.remote_addr.wrapping_add(u64::from(self.req.offset)),
                         rkey: w.wr.rkey,
-                        dma_len: n,
-                    });
-                } else if matches!(pos, Position::First | Position::Only) {
-                    ext.reth = Some(RethRepr {
-                        va: w.wr.remote_addr,
-                        rkey: w.wr.rkey,
-                        dma_len: w.len,
+                        dma_len: if split { n } else { w.len },
                     });
                 }
                 (Operation::RdmaWrite, n, 1)
