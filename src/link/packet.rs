@@ -165,6 +165,11 @@ impl PacketLink {
         &self.iface
     }
 
+    /// The socket's transmit ring, if frames leave through one (`FERROCE_PACKET_RINGS=both`).
+    fn tx_ring(&self) -> Option<&super::packet_ring::Rings> {
+        self.socket.rings().filter(|r| r.has_tx())
+    }
+
     /// [`Link::send_batch`] the UDP-socket way: runs of frames as super-packets through
     /// the UDP socket of their source address, the other frames through the packet
     /// socket, in order. A super-packet the kernel refuses is lost, as on a wire, and
@@ -390,7 +395,7 @@ impl Link for PacketLink {
         self.iface.mac
     }
     fn send(&self, frame: &[u8]) -> io::Result<bool> {
-        let Some(rings) = self.socket.rings().filter(|r| r.has_tx()) else {
+        let Some(rings) = self.tx_ring() else {
             return self.socket.send(frame);
         };
         let mut once = Some(frame);
@@ -435,7 +440,7 @@ impl Link for PacketLink {
         max: usize,
         fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
     ) -> TxOutcome {
-        match self.socket.rings().filter(|r| r.has_tx()) {
+        match self.tx_ring() {
             Some(rings) => rings.send_each(max, fill),
             None => send_each_batched(self, batch, max, fill),
         }
@@ -503,7 +508,7 @@ impl Link for PacketLink {
     fn joins_frames(&self) -> bool {
         // Not the UDP-socket way: it serves rxe peers (Linux 6.1), where split WRITEs
         // are not proven.
-        self.gso.on() && !self.socket.rings().is_some_and(|r| r.has_tx())
+        self.gso.on() && self.tx_ring().is_none()
     }
     fn io_mode(&self) -> &'static str {
         if self.gso.udp() {
