@@ -41,8 +41,11 @@ use timers::{Timer, Timers};
 
 /// Most READs/atomics a QP may keep outstanding or accept (max_qp_rd_atom of the device).
 pub const MAX_RD_ATOMIC: u8 = 16;
-/// Packets a requester sends beyond the oldest unacknowledged one (rxe's limit).
-const SEND_WINDOW: i32 = 128;
+/// Packets a requester sends beyond the oldest unacknowledged one. rxe stops at 128;
+/// over a link that joins packets into 64 KiB super-frames (61 packets at MTU 1024) that
+/// is two super-frames in flight, and a sender waiting for ACKs between transmit
+/// batches of 128 packets. Go-back-N resends at most this many after a loss.
+const SEND_WINDOW: i32 = 512;
 /// A requester asks for an ACK at least this often within a long message.
 const MAX_PKTS_PER_ACK: u32 = 64;
 // A window narrower than the ACK-request interval stalls a long message until the
