@@ -69,8 +69,9 @@ const _: () = assert!(crate::link::bpf::QPN_BLOCK_BITS == ferroce_transport::QPN
 
 /// Frames received per lock of the endpoint, so API calls are not starved.
 const RX_BATCH: usize = 64;
-/// Frames transmitted per lock of the endpoint.
-const TX_BATCH: usize = 64;
+/// Frames transmitted per lock of the endpoint (fewer when they are large: see
+/// [`crate::link::BATCH_BYTES`]).
+const TX_BATCH: usize = 128;
 
 /// State shared by the API and the driver thread, grouped by concern (see the module
 /// docs for the lock order).

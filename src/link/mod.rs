@@ -32,7 +32,7 @@ pub mod udp_guard;
 pub mod udp_segment;
 pub mod vnet;
 
-pub use batch::{FrameBatch, TxOutcome, MAX_FRAME, MIN_SLOT};
+pub use batch::{FrameBatch, TxOutcome, BATCH_BYTES, MAX_FRAME, MIN_SLOT};
 pub use memory::{Fate, MemoryLink, SuperFault};
 pub use packet::{LinkError, PacketLink};
 pub use share::LinkUsers;
@@ -167,7 +167,7 @@ pub(crate) fn send_each_batched<L: Link + ?Sized>(
     let mut more = true;
     while more && out.filled < max {
         batch.clear();
-        while out.filled < max && batch.len() < batch.capacity() {
+        while out.filled < max && !batch.is_full() {
             let i = batch.len();
             let Some(len) = fill(batch.slot_mut(i)) else {
                 more = false;
