@@ -329,7 +329,11 @@ impl MrTable {
                 KeyKind::Local => Err(MrError::InvalidKey(key)),
             };
         };
-        let mr = self.get(key).ok_or(MrError::InvalidKey(key))?;
+        let mr = self
+            .slots
+            .get(slot)
+            .and_then(Option::as_ref)
+            .ok_or(MrError::InvalidKey(key))?;
         if mr.invalidated {
             return Err(MrError::Invalidated(key));
         }
