@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use common::*;
 use ferroce_transport::testing::{connect, opcode_psn, QpOpts, Sim};
-use ferroce_transport::{SendWr, WrOpcode};
+use ferroce_transport::WrOpcode;
 
 const WINDOW: usize = 512;
 
@@ -39,11 +39,13 @@ fn a_requester_keeps_512_packets_in_flight_and_no_more() {
         }
         true
     }));
-    let wr = SendWr {
-        remote_addr: dst.addr,
-        rkey: dst.rkey,
-        ..send_wr(1, WrOpcode::RdmaWrite, vec![sge(&src, 0, len as u32)])
-    };
+    let wr = rdma_wr(
+        1,
+        WrOpcode::RdmaWrite,
+        sge(&src, 0, len as u32),
+        dst.addr,
+        dst.rkey,
+    );
     sim.nodes[0].post_send(sim.now, a.qpn, &wr).unwrap();
     // Well before the retransmit timer: the requester has sent the window and stopped.
     sim.run_until(Duration::from_micros(300), |_| false);

@@ -11,7 +11,7 @@ use std::rc::Rc;
 
 use common::*;
 use ferroce_transport::testing::{connect, parse, Faults, QpOpts, Sim};
-use ferroce_transport::{SendWr, Sge, WcOpcode, WrOpcode};
+use ferroce_transport::{WcOpcode, WrOpcode};
 use ferroce_wire::Opcode;
 
 /// What the tap saw of one request packet from node 0.
@@ -46,15 +46,6 @@ fn tap_requests(sim: &mut Sim, base: u64) -> Rc<RefCell<Vec<Seen>>> {
     seen
 }
 
-/// A signaled WRITE (or WRITE with immediate) of `sg` to `addr` under `rkey`.
-fn write(id: u64, op: WrOpcode, sg: Sge, addr: u64, rkey: u32) -> SendWr {
-    SendWr {
-        remote_addr: addr,
-        rkey,
-        ..send_wr(id, op, vec![sg])
-    }
-}
-
 #[test]
 fn a_split_write_is_write_only_packets_with_one_ack_request_each_wr() {
     let mut sim = Sim::new(1, 2, false);
@@ -67,8 +58,8 @@ fn a_split_write_is_write_only_packets_with_one_ack_request_each_wr() {
     // 4096 bytes (4 full packets), then 3000 (two full and a 952-byte one), then a WRITE
     // with immediate, which consumes a receive WQE and so stays one message.
     let (addr, rkey) = (dst.addr, dst.rkey);
-    let w1 = write(1, WrOpcode::RdmaWrite, sge(&src, 0, 4096), addr, rkey);
-    let w2 = write(
+    let w1 = rdma_wr(1, WrOpcode::RdmaWrite, sge(&src, 0, 4096), addr, rkey);
+    let w2 = rdma_wr(
         2,
         WrOpcode::RdmaWrite,
         sge(&src, 4096, 3000),
@@ -76,7 +67,7 @@ fn a_split_write_is_write_only_packets_with_one_ack_request_each_wr() {
         rkey,
     );
     let imm = WrOpcode::RdmaWriteWithImm;
-    let mut w3 = write(3, imm, sge(&src, 0, 3000), addr + 8192, rkey);
+    let mut w3 = rdma_wr(3, imm, sge(&src, 0, 3000), addr + 8192, rkey);
     w3.imm_data = 7;
     post_recv(&mut sim, b, 9, vec![]);
     for w in [&w1, &w2, &w3] {
@@ -165,7 +156,7 @@ fn split_writes_land_exactly_through_loss_duplication_and_reordering() {
         for (i, &len) in lens.iter().enumerate() {
             let at = (i * SLOT) as u64;
             let sg = sge(&src, at, len as u32);
-            let w = write(i as u64, WrOpcode::RdmaWrite, sg, dst.addr + at, dst.rkey);
+            let w = rdma_wr(i as u64, WrOpcode::RdmaWrite, sg, dst.addr + at, dst.rkey);
             sim.nodes[0].post_send(sim.now, a.qpn, &w).unwrap();
         }
         let wa = wait_wcs(&mut sim, a, WRITES);
@@ -212,7 +203,7 @@ fn uc_writes_are_never_split() {
     let src = mr(&mut sim, a, data.clone());
     let dst = mr(&mut sim, b, vec![0; 3000]);
     let seen = tap_requests(&mut sim, dst.addr);
-    let w = write(
+    let w = rdma_wr(
         1,
         WrOpcode::RdmaWrite,
         sge(&src, 0, 3000),

@@ -53,6 +53,16 @@ pub fn send_wr(id: u64, op: WrOpcode, sg: Vec<Sge>) -> SendWr {
     }
 }
 
+/// A signaled RDMA request (WRITE, WRITE with immediate, READ) of `sg` naming `addr`
+/// under `rkey` on the peer.
+pub fn rdma_wr(id: u64, op: WrOpcode, sg: Sge, addr: u64, rkey: u32) -> SendWr {
+    SendWr {
+        remote_addr: addr,
+        rkey,
+        ..send_wr(id, op, vec![sg])
+    }
+}
+
 pub fn post_recv(sim: &mut Sim, s: Side, id: u64, sg: Vec<Sge>) {
     sim.nodes[s.node]
         .post_recv(
