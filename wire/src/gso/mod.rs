@@ -18,6 +18,9 @@
 
 use crate::{Error, Layer, Result};
 
+mod infer;
+pub use infer::{infer_segment_size, MAX_ICRC_TRIES, MAX_PACKET_PAYLOAD};
+
 /// IPv6's fixed header and the UDP header.
 const IPV6_LEN: usize = 40;
 const UDP_LEN: usize = 8;
