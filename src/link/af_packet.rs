@@ -97,10 +97,10 @@ const SOCKET_BUFFER: i32 = 16 << 20;
 impl RawSocket {
     /// Opens a raw socket on interface `ifindex` that receives the frames `filter` accepts
     /// (see [`super::bpf::roce_filter`]), of up to `max_frame` bytes. With `rings`, frames
-    /// move through PACKET_MMAP rings when the kernel grants them. With `vnet` (only with
-    /// a receive ring and no transmit ring), every frame carries a virtio-net header if the
-    /// kernel allows it ([`RawSocket::has_vnet`]): super-frames larger than a ring frame
-    /// then come through the socket's queue instead of being cut short.
+    /// move through PACKET_MMAP rings when the kernel grants them; with a receive ring and
+    /// no transmit ring, super-frames larger than a ring frame come through the socket's
+    /// queue instead of being cut short. With `vnet` (only then), every frame carries a
+    /// virtio-net header if the kernel allows it ([`RawSocket::has_vnet`]).
     pub fn open(
         ifindex: u32,
         max_frame: usize,
@@ -141,15 +141,18 @@ impl RawSocket {
 
         // Before the rings, which fix the frame layout. A frame too large for a ring frame
         // is queued whole on the socket (the ring slot says TP_STATUS_COPY).
+        // Without a virtio-net header too (Linux before 6.2): a super-frame sent through
+        // a peer's UDP socket arrives whole all the same, and is split by its length.
+        let whole = rings == RingUse::Rx
+            && setsockopt(raw, libc::SOL_PACKET, PACKET_COPY_THRESH, &1i32).is_ok();
         let vnet = vnet
-            && rings == RingUse::Rx
+            && whole
             && setsockopt(raw, libc::SOL_PACKET, PACKET_VNET_HDR, &1i32)
                 .map_err(|e| tracing::debug!(error = %e, "no virtio-net header"))
-                .is_ok()
-            && setsockopt(raw, libc::SOL_PACKET, PACKET_COPY_THRESH, &1i32).is_ok();
+                .is_ok();
         // Rings are set up before bind, so the first frame already lands in one.
         let rings = if rings != RingUse::None {
-            Rings::new(raw, max_frame, rings == RingUse::Both, vnet)
+            Rings::new(raw, max_frame, rings == RingUse::Both, whole, vnet)
                 .map_err(|e| tracing::debug!(error = %e, "no PACKET_MMAP rings; using recvmmsg/sendmmsg"))
                 .ok()
         } else {

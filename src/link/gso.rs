@@ -9,7 +9,7 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use ferroce_wire::gso::RunHead;
+use ferroce_wire::gso::{RunHead, MAX_PACKET_PAYLOAD};
 
 use super::vnet::VnetHdr;
 
@@ -130,7 +130,9 @@ fn longest_run(
 /// (frames to `own_mac` reach other processes on this host through the packet socket's
 /// outgoing tap, which a UDP socket's routing would bypass), and no header rewritten
 /// (the kernel builds the super-packet's). Runs of one frame go through the packet
-/// socket.
+/// socket, and so do runs no longer than a single RoCE packet can be: a peer on a kernel
+/// before 6.2 gets the super-packet whole on a veth with nothing saying it is one, and
+/// tells it by its length ([`split_received`]).
 pub fn plan_udp(
     data: &[u8],
     slot: usize,
@@ -149,6 +151,7 @@ pub fn plan_udp(
         let count = ipv4
             .then(|| longest_run(data, slot, lens, i))
             .flatten()
+            .filter(|&(_, _, payload)| payload > MAX_PACKET_PAYLOAD)
             .map_or(1, |(_, count, _)| count);
         out[runs] = Run {
             first: i,
@@ -173,16 +176,30 @@ pub enum Received {
     Malformed,
 }
 
-/// Hands a received frame to `f`, or, if its virtio-net header says it is a UDP
-/// super-frame, each of its segments (rebuilt in place).
+/// Hands a received frame to `f`, or, if it is a UDP super-frame, each of its segments
+/// (rebuilt in place). The virtio-net header says so where the kernel gives one; a frame
+/// without (Linux before 6.2) that is longer than any single RoCE packet is one whose
+/// segment size is found from the packets themselves
+/// ([`ferroce_wire::gso::infer_segment_size`]), or a malformed frame.
 pub fn split_received(frame: &mut [u8], vnet: VnetHdr, f: &mut dyn FnMut(&[u8])) -> Received {
-    let Some(gso_size) = vnet.udp_segment_size() else {
-        f(frame);
-        return Received::Frame;
-    };
     let link = match frame.get(12..14) {
         Some([0x81, 0x00]) => 18,
         _ => ETH,
+    };
+    let gso_size = match vnet.udp_segment_size() {
+        Some(size) => size,
+        // The shortest IPv4 and UDP headers: a frame no longer than this is no super-frame.
+        None if frame.len() <= link + 28 + MAX_PACKET_PAYLOAD => {
+            f(frame);
+            return Received::Frame;
+        }
+        None => match ferroce_wire::gso::infer_segment_size(&frame[link..]) {
+            Some(size) => size,
+            None => {
+                tracing::debug!(len = frame.len(), "dropped a frame too long for one packet");
+                return Received::Malformed;
+            }
+        },
     };
     match ferroce_wire::gso::split_in_place(frame, link, gso_size, f) {
         Ok(n) => Received::Split(n),
@@ -369,28 +386,28 @@ mod tests {
 
     #[test]
     fn udp_socket_runs_carry_the_icrcs_of_the_segments_the_kernel_builds() {
-        let frames = vec![
-            frame(1, 1024, 10, 2),
-            frame(2, 1024, 11, 2),
-            frame(3, 700, 12, 2), // shorter: ends the run
-            frame(4, 1024, 13, 2),
-        ];
+        // Four full frames and a shorter one that ends the run (4.8 KiB of UDP payload),
+        // then three full ones: no longer than one packet could be, so they go alone.
+        let mut frames: Vec<Vec<u8>> = (0..5)
+            .map(|k| frame(1 + k, if k == 4 { 700 } else { 1024 }, 10 + k as u16, 2))
+            .collect();
+        frames.extend((5..8).map(|k| frame(1 + k, 1024, 10 + k as u16, 2)));
         let (mut data, lens) = batch(&frames);
-        let mut runs = [Run::default(); 4];
+        let mut runs = [Run::default(); 8];
         // Frames to this host's own MAC (another process here) never take the UDP way.
         let n = plan_udp(&data, SLOT, &lens, [4; 6], &mut runs);
         assert!(runs[..n].iter().all(|r| r.count == 1), "{:?}", &runs[..n]);
         let n = plan_udp(&data, SLOT, &lens, [9; 6], &mut runs);
         let shape: Vec<(usize, usize)> = runs[..n].iter().map(|r| (r.first, r.count)).collect();
-        assert_eq!(shape, [(0, 3), (3, 1)]);
+        assert_eq!(shape, [(0, 5), (5, 1), (6, 1), (7, 1)]);
         // Nothing rewritten by planning.
         assert_eq!(&data[..lens[0]], &frames[0][..]);
 
         // The sender's rewrite, then the super-packet the kernel builds from the payloads:
         // identification 0, lengths of the whole, the socket's source port.
         let port = 4321;
-        let mut at = [0; 3];
-        for k in 0..3 {
+        let mut at = [0; 5];
+        for k in 0..5 {
             let patch = ferroce_wire::icrc::HeadPatch::new(lens[k] - 14).unwrap();
             at[k] = super::super::udp_segment::prepare_segment(
                 &mut data[k * SLOT..k * SLOT + lens[k]],
@@ -401,7 +418,7 @@ mod tests {
             .unwrap();
         }
         let mut whole = data[..at[0]].to_vec();
-        for k in 0..3 {
+        for k in 0..5 {
             whole.extend_from_slice(&data[k * SLOT + at[k]..k * SLOT + lens[k]]);
         }
         let total = whole.len() - 14;
@@ -409,12 +426,10 @@ mod tests {
         whole[18..20].copy_from_slice(&[0, 0]);
         whole[38..40].copy_from_slice(&((total - 20) as u16).to_be_bytes());
         ferroce_wire::ipv4::fill_header_checksum(&mut whole[14..]);
+        // As a packet socket before Linux 6.2 hands it over: no virtio-net header.
         let mut got = Vec::new();
-        ferroce_wire::gso::split_in_place(&mut whole, 14, lens[0] - at[0], &mut |s| {
-            got.push(s.to_vec())
-        })
-        .unwrap();
-        assert_eq!(got.len(), 3);
+        let r = split_received(&mut whole, VnetHdr::NONE, &mut |s| got.push(s.to_vec()));
+        assert_eq!(r, Received::Split(5));
         for (k, g) in got.iter().enumerate() {
             let ip = &g[14..];
             ferroce_wire::icrc::verify(ip).unwrap_or_else(|e| panic!("segment {k}: {e}"));
@@ -424,6 +439,20 @@ mod tests {
             // The transport's payload, untouched.
             assert_eq!(&g[42..g.len() - 4], &frames[k][42..frames[k].len() - 4]);
         }
+    }
+
+    #[test]
+    fn without_a_virtio_net_header_only_what_no_packet_could_be_is_split() {
+        // An ordinary packet: handed on as it is, even at the longest a packet can be.
+        let mut one = frame(1, 4096, 1, 2);
+        let mut got = 0;
+        let r = split_received(&mut one, VnetHdr::NONE, &mut |_| got += 1);
+        assert_eq!((r, got), (Received::Frame, 1));
+        // Longer than any packet, and no segment size makes RoCE packets of it: dropped
+        // whole, nothing handed on.
+        let mut junk = frame(1, 6000, 1, 2);
+        let r = split_received(&mut junk, VnetHdr::NONE, &mut |_| got += 1);
+        assert_eq!((r, got), (Received::Malformed, 1));
     }
 
     #[test]

@@ -119,7 +119,7 @@ impl PacketLink {
                     continue; // binding link-local needs a scope id; nothing routes RoCE there
                 }
             }
-            match UdpGuard::bind(*addr) {
+            match UdpGuard::bind(*addr, socket.has_vnet()) {
                 Ok(g) => guards.push(g),
                 Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
                     return Err(LinkError::PortInUse(*addr))

@@ -92,6 +92,8 @@ pub struct Rings {
     tx_next: Mutex<usize>,
     /// Received frames longer than a ring frame (cut short by the kernel): dropped.
     truncated: std::sync::atomic::AtomicU64,
+    /// Frames larger than a ring frame are queued whole on the socket (PACKET_COPY_THRESH).
+    whole: bool,
     /// Frames carry a virtio-net header in front of the MAC header.
     vnet: bool,
 }
@@ -99,7 +101,7 @@ pub struct Rings {
 #[derive(Debug)]
 struct RxState {
     next: usize,
-    /// With a virtio-net header: frames larger than a ring frame, read from the queue.
+    /// Frames larger than a ring frame, read from the queue (when the kernel queues them).
     copy: Vec<u8>,
 }
 
@@ -138,9 +140,15 @@ fn setsockopt<T>(fd: RawFd, name: libc::c_int, value: &T) -> io::Result<()> {
 
 impl Rings {
     /// Sets up both rings on the (not yet bound) packet socket `fd` for frames of up to
-    /// `max_frame` bytes, and maps them. `fd` must outlive the returned value. `vnet`: the
-    /// socket has PACKET_VNET_HDR and PACKET_COPY_THRESH set.
-    pub fn new(fd: RawFd, max_frame: usize, with_tx: bool, vnet: bool) -> io::Result<Rings> {
+    /// `max_frame` bytes, and maps them. `fd` must outlive the returned value. `whole`: the
+    /// socket has PACKET_COPY_THRESH set; `vnet`: and PACKET_VNET_HDR.
+    pub fn new(
+        fd: RawFd,
+        max_frame: usize,
+        with_tx: bool,
+        whole: bool,
+        vnet: bool,
+    ) -> io::Result<Rings> {
         setsockopt(
             fd,
             libc::PACKET_VERSION,
@@ -185,7 +193,7 @@ impl Rings {
             tx,
             rx_next: Mutex::new(RxState {
                 next: 0,
-                copy: if vnet {
+                copy: if whole {
                     vec![0; COPY_FRAME]
                 } else {
                     Vec::new()
@@ -193,6 +201,7 @@ impl Rings {
             }),
             tx_next: Mutex::new(0),
             truncated: Default::default(),
+            whole,
             vnet,
         })
     }
@@ -233,7 +242,7 @@ impl Rings {
     /// virtio-net header ([`VnetHdr::NONE`] without one), and gives their slots back to the
     /// kernel. `f` may change the frame (it is this process's until then). A frame larger
     /// than a ring frame is read from the socket's queue, where the kernel put it whole
-    /// (with a virtio-net header), or else skipped and counted. Returns how many frames
+    /// (with PACKET_COPY_THRESH), or else skipped and counted. Returns how many frames
     /// were taken from the ring.
     pub fn recv_each(&self, max: usize, f: &mut dyn FnMut(&mut [u8], VnetHdr)) -> usize {
         let mut rx = self.rx_next.lock().expect("rx ring lock");
@@ -248,10 +257,10 @@ impl Rings {
             let h = self.header(off);
             let mac = usize::from(h.tp_mac);
             let len = h.tp_snaplen as usize;
-            if self.vnet && st & libc::TP_STATUS_COPY != 0 {
+            if self.whole && st & libc::TP_STATUS_COPY != 0 {
                 match self.recv_copy(&mut rx.copy) {
                     Some(n) => {
-                        let (hdr, frame) = rx.copy[..n].split_at_mut(vnet::LEN);
+                        let (hdr, frame) = rx.copy[..n].split_at_mut(self.vnet_len());
                         f(frame, VnetHdr::decode(hdr).unwrap_or_default());
                     }
                     None => {
@@ -282,7 +291,7 @@ impl Rings {
     }
 
     /// Reads the frame the kernel queued on the socket because it did not fit a ring frame
-    /// (TP_STATUS_COPY), virtio-net header first; its length, `None` if there was none or
+    /// (TP_STATUS_COPY), virtio-net header (if any) first; its length, `None` if there was none or
     /// it did not fit `buf`.
     fn recv_copy(&self, buf: &mut [u8]) -> Option<usize> {
         loop {
@@ -299,7 +308,16 @@ impl Rings {
                 continue;
             }
             let n = usize::try_from(ret).ok()?;
-            return (n >= vnet::LEN && n <= buf.len()).then_some(n);
+            return (n >= self.vnet_len() && n <= buf.len()).then_some(n);
+        }
+    }
+
+    /// Bytes of virtio-net header in front of each frame.
+    fn vnet_len(&self) -> usize {
+        if self.vnet {
+            vnet::LEN
+        } else {
+            0
         }
     }
 

@@ -23,8 +23,9 @@ pub struct UdpGuard {
 
 impl UdpGuard {
     /// Binds `addr`:4791. `AddrInUse` means another RoCE stack (such as the kernel's rdma_rxe)
-    /// already owns the port in this network namespace.
-    pub fn bind(addr: IpAddr) -> io::Result<UdpGuard> {
+    /// already owns the port in this network namespace. `gro`: whether the packet sockets
+    /// here are told which frames are super-frames (see below).
+    pub fn bind(addr: IpAddr, gro: bool) -> io::Result<UdpGuard> {
         use rustix::net::{bind, socket_with, sockopt, AddressFamily, SocketFlags, SocketType};
         let family = match addr {
             IpAddr::V4(_) => AddressFamily::INET,
@@ -61,6 +62,13 @@ impl UdpGuard {
         // A UDP GSO super-frame (see `gso`) reaches this socket whole; without UDP_GRO the
         // kernel would cut it into segments in software, only for the filter to drop them.
         // Best effort: kernels before 5.0 do not have the option and segment as before.
+        // But a socket with UDP_GRO also makes a NIC's GRO join the RoCE packets it
+        // receives, and a packet socket without a virtio-net header (Linux before 6.2)
+        // cannot tell a join of a few short packets from one packet: there the kernel
+        // cuts super-frames for this socket instead.
+        if !gro {
+            return Ok(UdpGuard { _socket: socket });
+        }
         const UDP_GRO: libc::c_int = 104;
         let on: libc::c_int = 1;
         // SAFETY: `on` is a live int of the size passed; the kernel copies it.

@@ -13,9 +13,11 @@
 //!
 //! What a receiver sees: a NIC, or the kernel before a device that cannot segment, cuts
 //! the super-packet up; a veth hands it to its peer whole, where a UDP socket (rxe's)
-//! gets it cut up, and a packet socket gets it whole, which before Linux 6.2 it drops
-//! when it asked for virtio-net headers and cannot split when it did not. So towards
-//! ferroce on an older kernel over a veth, this path loses every super-packet.
+//! gets it cut up, and a packet socket gets it whole. From Linux 6.2 a virtio-net header
+//! gives the receiver its segment size; before, ferroce finds it from the packets
+//! themselves (`ferroce_wire::gso::infer_segment_size`), which works for any datagram
+//! longer than a single RoCE packet can be. So runs no longer than that go one by one
+//! ([`super::gso::plan_udp`]).
 
 use std::io::{self, IoSlice};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
