@@ -67,13 +67,14 @@ table() {
     function f(x) { return (x == "" || x == "FAILED") ? "-" : x }
     function ratio(a, b) { return (a + 0 > 0 && b + 0 > 0) ? sprintf("%.2fx", a / b) : "-" }
     END {
-      printf "| %-5s | %-20s | %-10s | %-13s | %-13s | %-16s | %-16s | %-10s | %-15s | %-16s | %-16s |\n", "MTU", "test", "rxe<->rxe", "ferroce<->rxe", "(udp)<->rxe", "ferroce<->ferroce", "perftest on lib", "kernel", "ferroce / rxe", "ferroce / kernel", "lib / ferroce"
-      print "|-------|----------------------|------------|---------------|---------------|------------------|------------------|------------|-----------------|------------------|------------------|"
+      printf "| %-5s | %-20s | %-10s | %-13s | %-13s | %-16s | %-16s | %-16s | %-10s | %-15s | %-15s | %-16s | %-16s |\n", "MTU", "test", "rxe<->rxe", "ferroce<->rxe", "(udp)<->rxe", "ferroce<->ferroce", "(udp)<->(udp)", "perftest on lib", "kernel", "ferroce / rxe", "(udp) / rxe", "ferroce / kernel", "lib / ferroce"
+      print "|-------|----------------------|------------|---------------|---------------|------------------|------------------|------------------|------------|-----------------|-----------------|------------------|------------------|"
       nt = split("write_bw-65536 write_bw-4096 write_lat-2", order, " ")
       for (m in mtus) for (i = 1; i <= nt; i++) {
         t = order[i]; if (!(t in tests)) continue
         rr = median(m " " t " rxe-rxe"); fr = median(m " " t " ferroce-rxe"); ff = median(m " " t " ferroce-ferroce")
         fu = median(m " " t " ferroce-rxe-udp"); if (fu != "") fu = sprintf("%.3g", fu)
+        uu = median(m " " t " ferroce-ferroce-udp"); if (uu != "") uu = sprintf("%.3g", uu)
         # The kernel: TCP (iperf3) beside bandwidth, UDP ping-pong (sockperf) beside latency.
         tcp = (t ~ /lat/) ? median(m " " t " udp-sockperf") : median(m " tcp tcp-iperf3")
         cc = median(m " " t " cabi-cabi")
@@ -81,8 +82,8 @@ table() {
         if (cc != "") cc = sprintf("%.3g", cc)
         lat = (t ~ /lat/)
         name = (t == "write_bw-65536") ? "WRITE 64 KiB, Gb/s" : (t == "write_bw-4096") ? "WRITE 4 KiB, Gb/s" : "WRITE 2 B, us typ."
-        printf "| %-5s | %-20s | %-10s | %-13s | %-13s | %-16s | %-16s | %-10s | %-15s | %-16s | %-16s |\n", m, name, f(rr), f(fr), f(fu), f(ff), f(cc),
-          f(tcp), ratio(lat ? rr : ff, lat ? ff : rr), ratio(lat ? tcp : ff, lat ? ff : tcp), ratio(lat ? ff : cc, lat ? cc : ff)
+        printf "| %-5s | %-20s | %-10s | %-13s | %-13s | %-16s | %-16s | %-16s | %-10s | %-15s | %-15s | %-16s | %-16s |\n", m, name, f(rr), f(fr), f(fu), f(ff), f(uu), f(cc),
+          f(tcp), ratio(lat ? rr : ff, lat ? ff : rr), ratio(lat ? rr : uu, lat ? uu : rr), ratio(lat ? tcp : ff, lat ? ff : tcp), ratio(lat ? ff : cc, lat ? cc : ff)
       }
     }' "$2"
 }
@@ -104,15 +105,15 @@ cpu_table() {
     function f(x) { return x == "" ? "-" : x }
     function ratio(a, b) { return (a + 0 > 0 && b + 0 > 0) ? sprintf("%.2fx", a / b) : "-" }
     END {
-      printf "| %-5s | %-20s | %-10s | %-13s | %-13s | %-16s | %-16s | %-10s | %-15s |\n", "MTU", "CPU s per GB", "rxe<->rxe", "ferroce<->rxe", "(udp)<->rxe", "ferroce<->ferroce", "perftest on lib", "TCP iperf3", "ferroce / TCP"
-      print "|-------|----------------------|------------|---------------|---------------|------------------|------------------|------------|-----------------|"
+      printf "| %-5s | %-20s | %-10s | %-13s | %-13s | %-16s | %-16s | %-16s | %-10s | %-15s |\n", "MTU", "CPU s per GB", "rxe<->rxe", "ferroce<->rxe", "(udp)<->rxe", "ferroce<->ferroce", "(udp)<->(udp)", "perftest on lib", "TCP iperf3", "ferroce / TCP"
+      print "|-------|----------------------|------------|---------------|---------------|------------------|------------------|------------------|------------|-----------------|"
       for (m in mtus) {
         tcp = median(m " tcp tcp-iperf3")
         split("write_bw-65536 write_bw-4096", order, " ")
         for (i = 1; i <= 2; i++) {
           t = order[i]; ff = median(m " " t " ferroce-ferroce")
-          printf "| %-5s | %-20s | %-10s | %-13s | %-13s | %-16s | %-16s | %-10s | %-15s |\n", m, (i == 1 ? "WRITE 64 KiB" : "WRITE 4 KiB"),
-            f(median(m " " t " rxe-rxe")), f(median(m " " t " ferroce-rxe")), f(median(m " " t " ferroce-rxe-udp")), f(ff), f(median(m " " t " cabi-cabi")), f(tcp), ratio(ff, tcp)
+          printf "| %-5s | %-20s | %-10s | %-13s | %-13s | %-16s | %-16s | %-16s | %-10s | %-15s |\n", m, (i == 1 ? "WRITE 64 KiB" : "WRITE 4 KiB"),
+            f(median(m " " t " rxe-rxe")), f(median(m " " t " ferroce-rxe")), f(median(m " " t " ferroce-rxe-udp")), f(ff), f(median(m " " t " ferroce-ferroce-udp")), f(median(m " " t " cabi-cabi")), f(tcp), ratio(ff, tcp)
         }
       }
     }' "$2"
