@@ -28,6 +28,10 @@ use super::{layout, split, MIN_SEGMENT, UDP_LEN};
 /// (4096), pad (3) and ICRC (4). Anything longer is not a single packet.
 pub const MAX_PACKET_PAYLOAD: usize = 12 + 28 + 4096 + 3 + 4;
 
+// The longest packet with a payload, a WRITE ONLY with immediate of a full 4096 MTU, is
+// among the candidates.
+const _: () = assert!(12 + 16 + 4 + 4096 + 4 <= MAX_PACKET_PAYLOAD);
+
 /// Candidate sizes whose first segment's ICRC is computed before giving up.
 pub const MAX_ICRC_TRIES: usize = 4;
 
@@ -39,6 +43,13 @@ const BTH: usize = 12;
 /// packet's; `None` when it is not that long, or when no size cuts it into segments that
 /// look like RoCE packets of one flow with a valid first ICRC.
 pub fn infer_segment_size(ip_packet: &[u8]) -> Option<usize> {
+    infer(ip_packet, &mut |segment| {
+        crate::icrc::verify(segment).is_ok()
+    })
+}
+
+/// [`infer_segment_size`] with `valid` as the ICRC check (tests count its calls).
+fn infer(ip_packet: &[u8], valid: &mut dyn FnMut(&[u8]) -> bool) -> Option<usize> {
     let layout = layout(ip_packet).ok()?;
     if layout.payload <= MAX_PACKET_PAYLOAD {
         return None;
@@ -55,7 +66,7 @@ pub fn infer_segment_size(ip_packet: &[u8]) -> Option<usize> {
         tries += 1;
         let mut segments = split(ip_packet, size).ok()?;
         let n = segments.next_into(&mut scratch)?;
-        if crate::icrc::verify(&scratch[..n]).is_ok() {
+        if valid(&scratch[..n]) {
             return Some(size);
         }
         if tries == MAX_ICRC_TRIES {
@@ -89,63 +100,18 @@ fn segments_start_with_bths(udp: &[u8], size: usize, first: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::datagram_of;
     use super::super::{merge, split};
     use super::*;
-    use crate::{BthRepr, DatagramRepr, IbRepr, IpRepr, Opcode, Psn, RethRepr};
+    use crate::Opcode;
     use proptest::strategy::Strategy;
-    use std::net::Ipv4Addr;
-
-    /// An RC datagram of `op` to QP 0x11 with `payload` bytes (and a RETH for WRITE ONLY).
-    fn datagram(op: Opcode, psn: u32, payload: usize, id: u16, ipv6: bool) -> Vec<u8> {
-        let data: Vec<u8> = (0..payload).map(|i| (i as u32 * 7 + psn) as u8).collect();
-        let ip = if ipv6 {
-            IpRepr::V6 {
-                src: "fe80::1".parse().unwrap(),
-                dst: "fe80::2".parse().unwrap(),
-                traffic_class: 0,
-                flow_label: 7,
-                hop_limit: 64,
-            }
-        } else {
-            IpRepr::V4 {
-                src: Ipv4Addr::new(10, 0, 0, 1),
-                dst: Ipv4Addr::new(10, 0, 0, 2),
-                dscp: 0,
-                ecn: 0,
-                ttl: 64,
-                identification: id,
-                dont_fragment: true,
-            }
-        };
-        let mut ext = crate::ExtRepr::default();
-        if op == Opcode::RC_RDMA_WRITE_ONLY {
-            ext.reth = Some(RethRepr {
-                va: 0x1000 * u64::from(psn),
-                rkey: 0x55,
-                dma_len: payload as u32,
-            });
-        }
-        let repr = DatagramRepr {
-            ip,
-            src_port: 0xc123,
-            ib: IbRepr {
-                bth: BthRepr::new(op, 0x11, Psn::new(psn)),
-                ext,
-                payload: &data,
-            },
-        };
-        let mut buf = vec![0; repr.buffer_len()];
-        let n = repr.emit(&mut buf).unwrap();
-        buf.truncate(n);
-        buf
-    }
 
     /// `count` datagrams of `payload` bytes each (the last `last` bytes) joined into one.
     fn joined(op: Opcode, count: u32, payload: usize, last: usize, ipv6: bool) -> (Vec<u8>, usize) {
         let parts: Vec<Vec<u8>> = (0..count)
             .map(|i| {
                 let len = if i + 1 == count { last } else { payload };
-                datagram(op, 40 + i, len, 300 + i as u16, ipv6)
+                datagram_of(op, 40 + i, len, 300 + i as u16, ipv6)
             })
             .collect();
         let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
@@ -171,6 +137,21 @@ mod tests {
     }
 
     #[test]
+    fn every_legal_segment_size_is_within_the_search() {
+        // Every payload length up to a 4096 MTU (the longest packet with a payload, a
+        // WRITE ONLY with immediate of a full MTU, is checked at compile time above).
+        for payload in (4..=4096).step_by(44).chain([4096]) {
+            for count in [2, 5] {
+                let (whole, gso) =
+                    joined(Opcode::RC_RDMA_WRITE_ONLY, count, payload, payload, false);
+                if whole.len() - 28 > MAX_PACKET_PAYLOAD {
+                    assert_eq!(infer_segment_size(&whole), Some(gso), "{count} x {payload}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn runs_of_small_packets_and_of_split_writes_are_found_too() {
         // 64 WRITE ONLYs of 48 bytes each (RETH in every segment): 5 KiB in all.
         let (whole, gso) = joined(Opcode::RC_RDMA_WRITE_ONLY, 64, 48, 48, false);
@@ -190,7 +171,7 @@ mod tests {
         // Three are not: they could be one packet, and are left to the ICRC check.
         let (whole, _) = joined(Opcode::RC_RDMA_WRITE_MIDDLE, 3, 1024, 1024, false);
         assert_eq!(infer_segment_size(&whole), None);
-        let single = datagram(Opcode::RC_RDMA_WRITE_ONLY, 1, 4096, 1, false);
+        let single = datagram_of(Opcode::RC_RDMA_WRITE_ONLY, 1, 4096, 1, false);
         assert_eq!(infer_segment_size(&single), None);
     }
 
@@ -218,15 +199,22 @@ mod tests {
 
     #[test]
     fn a_datagram_made_to_look_like_segments_everywhere_costs_bounded_work() {
-        // Every 4-byte boundary holds a BTH-looking word of QP 0x11: every candidate
-        // passes the screening, and only MAX_ICRC_TRIES of them are checked.
+        // Every 4-byte boundary starts a BTH-looking word of QP 0x11 (opcode 0, version
+        // 0): every candidate size passes the screening, and only MAX_ICRC_TRIES of them
+        // get an ICRC computed.
         let (mut whole, _) = joined(Opcode::RC_RDMA_WRITE_MIDDLE, 60, 1024, 1024, false);
-        for at in (28..whole.len()).step_by(4) {
-            whole[at] = 0x00;
+        for (i, b) in whole[28..].iter_mut().enumerate() {
+            *b = if i % 4 == 3 { 0x11 } else { 0 };
         }
-        for at in (28 + 5..whole.len() - 3).step_by(4) {
-            whole[at..at + 3].copy_from_slice(&[0, 0, 0x11]);
-        }
+        let mut checked = 0;
+        assert_eq!(
+            infer(&whole, &mut |_| {
+                checked += 1;
+                false
+            }),
+            None
+        );
+        assert_eq!(checked, MAX_ICRC_TRIES);
         assert_eq!(infer_segment_size(&whole), None);
     }
 
@@ -235,7 +223,7 @@ mod tests {
         fn a_mutated_super_datagram_gives_a_size_whose_first_segment_is_valid_or_none(
             flips in proptest::collection::vec((0usize..70_000, proptest::num::u8::ANY), 0..8),
             count in 2u32..40,
-            payload in (4usize..1100).prop_map(|p| p * 4),
+            payload in (4usize..=1024).prop_map(|p| p * 4),
             ipv6 in proptest::bool::ANY,
         ) {
             // No more than an IP datagram holds.

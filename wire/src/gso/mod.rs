@@ -327,13 +327,25 @@ fn same_flow(first: &[u8], s: &[u8], l: Layout) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::{BthRepr, DatagramRepr, IbRepr, IpRepr, Opcode, Psn};
     use std::net::Ipv4Addr;
 
     /// A WRITE_MIDDLE datagram (RC, `payload` bytes) with IPv4 ID `id` or over IPv6.
     fn datagram(psn: u32, payload: usize, id: u16, ipv6: bool) -> Vec<u8> {
+        datagram_of(Opcode::RC_RDMA_WRITE_MIDDLE, psn, payload, id, ipv6)
+    }
+
+    /// An RC datagram of `op` to QP 0x11 (`payload` bytes, and a RETH for a WRITE ONLY)
+    /// with IPv4 ID `id` or over IPv6.
+    pub(super) fn datagram_of(
+        op: Opcode,
+        psn: u32,
+        payload: usize,
+        id: u16,
+        ipv6: bool,
+    ) -> Vec<u8> {
         let data: Vec<u8> = (0..payload).map(|i| (i as u32 + psn) as u8).collect();
         let ip = if ipv6 {
             IpRepr::V6 {
@@ -354,15 +366,23 @@ mod tests {
                 dont_fragment: true,
             }
         };
+        let mut ext = crate::ExtRepr::default();
+        if op == Opcode::RC_RDMA_WRITE_ONLY {
+            ext.reth = Some(crate::RethRepr {
+                va: 0x1000 * u64::from(psn),
+                rkey: 0x55,
+                dma_len: payload as u32,
+            });
+        }
         let repr = DatagramRepr {
             ip,
             src_port: 0xc123,
             ib: IbRepr {
                 bth: BthRepr {
                     mig_req: true,
-                    ..BthRepr::new(Opcode::RC_RDMA_WRITE_MIDDLE, 0x11, Psn::new(psn))
+                    ..BthRepr::new(op, 0x11, Psn::new(psn))
                 },
-                ext: Default::default(),
+                ext,
                 payload: &data,
             },
         };
