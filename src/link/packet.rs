@@ -519,7 +519,7 @@ impl Link for PacketLink {
             (Some(_), None) => "rx=ring tx=sendmmsg gso=on",
             (Some(_), Some(GsoOff::Disabled)) => "rx=ring tx=sendmmsg gso=off (FERROCE_GSO=0)",
             (Some(_), Some(GsoOff::OldKernel)) => {
-                "rx=ring tx=sendmmsg gso=off (packet sockets take UDP GSO from Linux 6.2)"
+                "rx=ring tx=sendmmsg gso=off (packet sockets take UDP GSO from Linux 6.2; FERROCE_GSO=udp sends super-packets through UDP sockets)"
             }
             (Some(_), Some(GsoOff::NoVnetHeader)) => {
                 "rx=ring tx=sendmmsg gso=off (no virtio-net header on the socket)"
