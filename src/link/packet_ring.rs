@@ -269,11 +269,11 @@ impl Rings {
                 }
             } else if h.tp_len as usize > len
                 || mac + len > self.rx.frame_size
-                || (self.vnet && mac < vnet::LEN)
+                || mac < self.vnet_len()
             {
                 self.truncated.fetch_add(1, Ordering::Relaxed);
             } else {
-                let at = if self.vnet { mac - vnet::LEN } else { mac };
+                let at = mac - self.vnet_len();
                 // SAFETY: [off + at, off + mac + len) lies inside this frame (checked just
                 // above) and user space owns the frame until the store below, after `f`
                 // has returned and the slice is gone; nothing else refers to it meanwhile.
@@ -291,8 +291,8 @@ impl Rings {
     }
 
     /// Reads the frame the kernel queued on the socket because it did not fit a ring frame
-    /// (TP_STATUS_COPY), virtio-net header (if any) first; its length, `None` if there was none or
-    /// it did not fit `buf`.
+    /// (TP_STATUS_COPY), virtio-net header (if any) first; its length, `None` if there was
+    /// none or it did not fit `buf`.
     fn recv_copy(&self, buf: &mut [u8]) -> Option<usize> {
         loop {
             // SAFETY: `buf` is writable for its length; no address is asked for.
