@@ -371,11 +371,21 @@ mod tests {
         use crate::link::{Fate, SuperFault};
         use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
         let seen = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+        // Each block of 12 super-frames holds one of each fault, at places turned by a
+        // hash of the block. A fixed pattern would repeat with any retransmission of 12
+        // super-frames (a full send window of 512 packets is 12 at MTU 1024), so every
+        // go-back-N retry would meet the same fault at its head and none could succeed.
+        let spin = |block: u64| {
+            let mut z = block.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            (z ^ (z >> 31)) % 12
+        };
         let hook = |end: usize| -> SuperFault {
             let seen = seen.clone();
             Box::new(move |n, f: &mut Vec<u8>| {
                 seen[end].fetch_add(1, Relaxed);
-                match n % 12 {
+                match (n + spin(n / 12)) % 12 {
                     2 => Fate::Drop,
                     4 => Fate::Duplicate,
                     6 => Fate::Hold,
