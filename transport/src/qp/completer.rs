@@ -9,7 +9,7 @@ use ferroce_wire::aeth::RNR_TIMER_US;
 use ferroce_wire::{NakCode, Operation, Position, Psn, Syndrome};
 
 use crate::qp::timers::Timer;
-use crate::qp::{ack_timeout, Ctx, Qp, Rx};
+use crate::qp::{ack_timeout, Ctx, Qp, Rx, MIN_SEND_WINDOW, SEND_WINDOW};
 use crate::verbs::{QpState, WcStatus, WrOpcode};
 
 use std::time::Duration;
@@ -28,6 +28,15 @@ pub(crate) struct Completer {
     /// A retry from `oldest_unacked_psn` is under way: later NAKs and gaps for it are
     /// ignored, so one loss causes one retry.
     started_retry: bool,
+    /// How far the send window is below [`SEND_WINDOW`] (0: the whole window). Each
+    /// go-back-N retry halves the window, down to [`MIN_SEND_WINDOW`]; every newly
+    /// acknowledged packet takes one back. Go-back-N resends everything sent after a
+    /// loss, so on a lossy path a full window costs up to 512 packets per lost one: in
+    /// the simulator at 10 Gb/s and 1% loss, 64 KiB WRITEs sent 5.7 times their packets
+    /// with the window fixed, 2.6 times with it halved (tests/send_window.rs).
+    window_cut: u32,
+    /// `oldest_unacked_psn` when the window last grew: progress since is what it regains.
+    window_mark: Psn,
 }
 
 impl Completer {
@@ -39,12 +48,32 @@ impl Completer {
     /// Everything before `psn` counts as acknowledged (SQ_PSN; UC/UD completing on send).
     pub(super) fn set_oldest_unacked_psn(&mut self, psn: Psn) {
         self.oldest_unacked_psn = psn;
+        self.window_mark = psn;
     }
 
-    /// After a flush: acknowledged up to `psn`, no retry under way.
+    /// After a flush: acknowledged up to `psn`, no retry under way, the whole window.
     pub(super) fn restart_at(&mut self, psn: Psn) {
-        self.oldest_unacked_psn = psn;
+        self.set_oldest_unacked_psn(psn);
         self.started_retry = false;
+        self.window_cut = 0;
+    }
+
+    /// Packets the requester may have in flight beyond the oldest unacknowledged one.
+    pub(super) fn send_window(&self) -> i32 {
+        SEND_WINDOW - self.window_cut as i32
+    }
+
+    /// A loss: half the window, but never below [`MIN_SEND_WINDOW`].
+    fn shrink_window(&mut self) {
+        let half = (self.send_window() / 2).max(MIN_SEND_WINDOW);
+        self.window_cut = (SEND_WINDOW - half) as u32;
+    }
+
+    /// Progress: the window regains one packet per newly acknowledged one.
+    fn grow_window(&mut self) {
+        let gained = self.oldest_unacked_psn.distance(self.window_mark).max(0) as u32;
+        self.window_cut = self.window_cut.saturating_sub(gained);
+        self.window_mark = self.oldest_unacked_psn;
     }
 
     /// The retry budget after timeouts and sequence NAKs (RETRY_CNT).
@@ -88,6 +117,7 @@ impl Qp {
         self.comp.retry_left = self.attr.retry_cnt;
         self.comp.rnr_left = self.attr.rnr_retry;
         self.comp.started_retry = false;
+        self.comp.grow_window();
         let deadline = if self.outstanding() {
             ack_timeout(self.attr.timeout).map(|t| ctx.now + t)
         } else {
@@ -180,6 +210,13 @@ impl Qp {
         ctx.counters.completer_retry_err += 1;
         tracing::debug!(qpn = self.qpn, psn = %self.comp.oldest_unacked_psn, ?reason, "go-back-N retry");
         self.comp.started_retry = true;
+        self.comp.grow_window();
+        self.comp.shrink_window();
+        tracing::trace!(
+            qpn = self.qpn,
+            window = self.comp.send_window(),
+            "send window after a loss"
+        );
         self.rewind_to(self.comp.oldest_unacked_psn);
         let deadline = ack_timeout(self.attr.timeout).map(|t| ctx.now + t);
         self.timers.set(Timer::AckTimeout, deadline);

@@ -45,13 +45,16 @@ pub const MAX_RD_ATOMIC: u8 = 16;
 /// over a link that joins packets into 64 KiB super-frames (61 packets at MTU 1024) that
 /// is two super-frames in flight, and a sender waiting for ACKs between transmit
 /// batches of 128 packets. Go-back-N resends at most this many after a loss.
+/// Losses halve it, down to [`MIN_SEND_WINDOW`], and acknowledged packets win it back.
 const SEND_WINDOW: i32 = 512;
 /// A requester asks for an ACK at least this often within a long message.
 const MAX_PKTS_PER_ACK: u32 = 64;
+/// The send window after repeated losses: no narrower than the ACK-request interval.
+const MIN_SEND_WINDOW: i32 = MAX_PKTS_PER_ACK as i32;
 // A window narrower than the ACK-request interval stalls a long message until the
 // retransmit timer fires: the requester stops before asking, and the responder waits for
 // the request (measured: 64 KiB WRITEs at MTU 1024 fell to 8 Mb/s with a window of 48).
-const _: () = assert!(SEND_WINDOW as u32 >= MAX_PKTS_PER_ACK);
+const _: () = assert!(SEND_WINDOW >= MIN_SEND_WINDOW);
 /// Bound on queued responder packets (ACKs coalesce, so this is rarely reached).
 const MAX_RESP_QUEUE: usize = 64;
 

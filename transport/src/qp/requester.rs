@@ -19,7 +19,7 @@ use ferroce_wire::{
 
 use crate::mr::Access;
 use crate::qp::timers::Timer;
-use crate::qp::{ack_timeout, Ctx, Qp, MAX_PKTS_PER_ACK, SEND_WINDOW};
+use crate::qp::{ack_timeout, Ctx, Qp, MAX_PKTS_PER_ACK};
 use crate::tx::{ip_udp_len, write_ib, TxMeta};
 use crate::verbs::{QpState, QpType, SendFlags, WcStatus, WrOpcode};
 
@@ -220,7 +220,7 @@ impl Qp {
             w.assigned = true;
         }
         if self.qp_type == QpType::Rc
-            && self.req.next_psn.distance(self.comp.oldest_unacked_psn()) >= SEND_WINDOW
+            && self.req.next_psn.distance(self.comp.oldest_unacked_psn()) >= self.comp.send_window()
         {
             return None;
         }
