@@ -375,12 +375,7 @@ mod tests {
         // hash of the block. A fixed pattern would repeat with any retransmission of 12
         // super-frames (a full send window of 512 packets is 12 at MTU 1024), so every
         // go-back-N retry would meet the same fault at its head and none could succeed.
-        let spin = |block: u64| {
-            let mut z = block.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            (z ^ (z >> 31)) % 12
-        };
+        let spin = |block: u64| ferroce_transport::testing::Rng::new(block).below(12);
         let hook = |end: usize| -> SuperFault {
             let seen = seen.clone();
             Box::new(move |n, f: &mut Vec<u8>| {
