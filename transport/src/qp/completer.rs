@@ -210,7 +210,8 @@ impl Qp {
         ctx.counters.completer_retry_err += 1;
         tracing::debug!(qpn = self.qpn, psn = %self.comp.oldest_unacked_psn, ?reason, "go-back-N retry");
         self.comp.started_retry = true;
-        self.comp.grow_window();
+        // (Every advance of `oldest_unacked_psn` went through `on_progress`, which grew
+        // the window already.)
         self.comp.shrink_window();
         tracing::trace!(
             qpn = self.qpn,
