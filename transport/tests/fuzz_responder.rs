@@ -10,57 +10,17 @@
 #[allow(dead_code)]
 #[path = "../../fuzz/src/transport_bodies.rs"]
 mod bodies;
+#[path = "../../fuzz/src/corpus_runner.rs"]
+mod corpus_runner;
 
 use std::fs;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
 
+use corpus_runner::{corpus_files, fuzz_dir, run, run_corpora};
 use ferroce_transport::testing::Rng;
-
-fn fuzz_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz")
-}
-
-/// The files of `fuzz/corpus/<target>/`, sorted by name (with any inputs a local
-/// `cargo fuzz run` added: git-ignored, but just as valid).
-fn corpus_files(target: &str) -> Vec<PathBuf> {
-    let dir = fuzz_dir().join("corpus").join(target);
-    let mut files: Vec<PathBuf> = fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.expect("directory entry").path())
-        .filter(|p| p.is_file())
-        .collect();
-    files.sort();
-    files
-}
-
-/// Runs `body` on `data`, naming the input if an invariant fails.
-fn run(target: &str, body: bodies::Body, input: &str, data: &[u8]) {
-    if catch_unwind(AssertUnwindSafe(|| body(data))).is_err() {
-        panic!(
-            "fuzz target `{target}` failed on {input}; reproduce with \
-             `cd fuzz && cargo +nightly fuzz run {target} <file>`"
-        );
-    }
-}
 
 #[test]
 fn every_target_runs_over_its_seed_corpus() {
-    let mut total = 0;
-    for &(target, body) in bodies::TARGETS {
-        let files = corpus_files(target);
-        assert!(
-            !files.is_empty(),
-            "fuzz/corpus/{target}/ is empty; regenerate the seeds (fuzz/README.md)"
-        );
-        for f in &files {
-            let data = fs::read(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
-            run(target, body, &f.display().to_string(), &data);
-        }
-        eprintln!("{target}: ran {} inputs", files.len());
-        total += files.len();
-    }
-    assert!(total > 0, "no fuzz input was run");
+    assert!(run_corpora(bodies::TARGETS) > 0, "no fuzz input was run");
 }
 
 /// Deterministic mutations of the committed `seed-*` files: every cut at a chunk boundary
