@@ -1,8 +1,9 @@
 //! Figures and plot of a DCQCN end-to-end run (tests/dcqcn/run.sh): reads the senders'
 //! and receivers' `ferroce perf --rate-log` CSV files and the bottleneck queue's samples,
 //! prints each flow's goodput, the utilisation of the bottleneck, Jain's fairness index,
-//! marks, drops and retransmissions, checks them against the goals with `--check`, and
-//! draws each flow's rate and the queue's marks and drops over time (PNG, plotters).
+//! marks, drops, the queue's backlog and retransmissions, checks them against the goals
+//! with `--check`, and draws each flow's rate and the queue's marks, drops and backlog over
+//! time (PNG, plotters).
 //!
 //! cargo run --release --example dcqcn_report -- --bottleneck-mbps 40 --window 6:14 \
 //!   --flow s1:s1.csv:r1.csv --flow s2:s2.csv:r2.csv --queue tc.csv --png out.png --check on
@@ -42,9 +43,15 @@ struct Args {
     #[arg(long)]
     font: Option<PathBuf>,
     /// Check the goals: `on` (DCQCN: bottleneck utilisation >= 0.9, Jain >= 0.95, no drops
-    /// in the window, marks, no retransmissions) or `off` (drops and retransmissions).
+    /// in the window, marks, a mean sampled backlog in the window below
+    /// `--backlog-goal-kb`, no retransmissions) or `off` (drops and retransmissions).
     #[arg(long)]
     check: Option<String>,
+    /// With `--check on`: the mean of the queue's backlog samples in the window must stay
+    /// below this many KB (DCQCN holds the queue near the marking thresholds; a standing
+    /// queue far above them means the flows' feedback is late and their rates swing).
+    #[arg(long = "backlog-goal-kb", default_value_t = 150.0)]
+    backlog_goal_kb: f64,
 }
 
 /// One rate log line (device counters; the first QP's rate).
@@ -114,6 +121,8 @@ struct QueueSample {
     t: f64,
     marked: f64,
     dropped: f64,
+    /// Bytes queued at the sample.
+    backlog: f64,
     sent_bytes: f64,
 }
 
@@ -127,6 +136,7 @@ fn read_queue(path: &PathBuf) -> Result<Vec<QueueSample>, Box<dyn Error>> {
                 t: f[0],
                 marked: f[1],
                 dropped: f[5],
+                backlog: f[6],
                 sent_bytes: f[7],
             });
         }
@@ -227,6 +237,15 @@ fn run(a: Args) -> Result<bool, Box<dyn Error>> {
     let (q0, q1) = (at(&queue, qt, ws), at(&queue, qt, we));
     let (qf, ql) = (queue[0], queue[queue.len() - 1]);
     let (marks_w, drops_w) = (q1.marked - q0.marked, q1.dropped - q0.dropped);
+    // The backlog is a point sample (every ~0.5-1 s), so only its mean and maximum over the
+    // window's samples mean anything.
+    let in_window: Vec<f64> = queue
+        .iter()
+        .filter(|s| s.t >= ws && s.t <= we)
+        .map(|s| s.backlog / 1000.0)
+        .collect();
+    let backlog_mean = in_window.iter().sum::<f64>() / in_window.len().max(1) as f64;
+    let backlog_max = in_window.iter().copied().fold(0.0, f64::max);
     // Utilisation is the link's: the frames the bottleneck forwarded (what its rate
     // limits) over its rate. Goodput (payload delivered in order) is at most ~95% of it
     // at MTU 1024 (headers, ICRC).
@@ -243,6 +262,11 @@ fn run(a: Args) -> Result<bool, Box<dyn Error>> {
          marked, {} dropped; retransmitted packets, all flows, whole run: {retrans_total}",
         ql.marked - qf.marked,
         ql.dropped - qf.dropped
+    );
+    println!(
+        "bottleneck backlog: {} samples in the window, mean {backlog_mean:.0} KB, max \
+         {backlog_max:.0} KB",
+        in_window.len()
     );
 
     if let Some(png) = &a.png {
@@ -269,6 +293,14 @@ fn run(a: Args) -> Result<bool, Box<dyn Error>> {
             check(
                 drops_w == 0.0 && marks_w > 0.0,
                 format!("dcqcn on: after convergence the queue marks ({marks_w}) and drops nothing ({drops_w})"),
+            );
+            check(
+                !in_window.is_empty() && backlog_mean < a.backlog_goal_kb,
+                format!(
+                    "dcqcn on: the queue stays short: mean sampled backlog in the window \
+                     {backlog_mean:.0} KB < {} KB",
+                    a.backlog_goal_kb
+                ),
             );
             check(
                 retrans_total == 0.0,
@@ -427,15 +459,29 @@ fn plot(
     let marks = per_s(|s| s.marked);
     let drops = per_s(|s| s.dropped);
     let qmax = marks.iter().chain(&drops).map(|p| p.1).fold(10.0, f64::max) * 1.15;
+    let backlog: Vec<(f64, f64)> = queue
+        .iter()
+        .map(|s| (s.t - t0, s.backlog / 1000.0))
+        .collect();
+    let bmax = backlog.iter().map(|p| p.1).fold(100.0, f64::max) * 1.15;
     let mut qc = ChartBuilder::on(&bottom)
         .margin(12)
         .x_label_area_size(38)
         .y_label_area_size(60)
-        .build_cartesian_2d(0.0..tmax, 0.0..qmax)?;
+        .right_y_label_area_size(60)
+        .build_cartesian_2d(0.0..tmax, 0.0..qmax)?
+        .set_secondary_coord(0.0..tmax, 0.0..bmax);
     qc.configure_mesh()
         .x_desc("time (s)")
         .y_desc("packets/s at the bottleneck")
         .draw()?;
+    qc.configure_secondary_axes()
+        .y_desc("backlog (KB, sampled)")
+        .draw()?;
+    let grey = BLACK.mix(0.6);
+    qc.draw_secondary_series(LineSeries::new(backlog, grey.stroke_width(1)))?
+        .label("backlog (right axis)")
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], grey));
     qc.draw_series(LineSeries::new(marks, BLUE.stroke_width(2)))?
         .label("ECN CE marks")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE.stroke_width(2)));

@@ -104,10 +104,15 @@ run() {
   # are for 10-100 Gb/s links with microsecond round trips; through this emulated router
   # the marking queue's feedback takes tens of milliseconds, so the periods are scaled up:
   # at most one cut per 40 ms (about a round trip through the queue), a CNP per QP per
-  # ms, α updated per ms, a rate increase of 1 Mb/s every 20 ms. The byte counter is off
-  # (so is hyper increase, which needs it): it makes the faster flow increase more often,
-  # and the flows then settled at 3.5 and 5.5 Mb/s; with the timer alone they share.
-  [ "$mode" = on ] && cc=(--dcqcn --dcqcn-param "line_rate=$RATE,rpg_ai_rate=1,rpg_hai_rate=2,rpg_time_reset=20000,rpg_byte_reset=0,dce_tcp_rtt=1000,rate_reduce_monitor_period=40000,min_time_between_cnps=1000,rpg_min_rate=1")
+  # ms, α updated per ms, a rate increase of 1 Mb/s every 100 ms (10 Mb/s per second: the
+  # link's rate each second). The byte counter is off (so is hyper increase, which needs
+  # it): it makes the faster flow increase more often, and the flows then settled at 3.5
+  # and 5.5 Mb/s; with the timer alone they share. With a rate increase every 20 ms
+  # (50 Mb/s per second) the flows outran their own feedback, which comes back through
+  # the queue they build: their rates swung between 1 and 10 Mb/s every 2-3 s, the queue
+  # stood at 217-302 KB (mean of its samples; 46-62 KB now) and in about one run in five went
+  # over its 1 MB limit, so packets were dropped and resent.
+  [ "$mode" = on ] && cc=(--dcqcn --dcqcn-param "line_rate=$RATE,rpg_ai_rate=1,rpg_hai_rate=2,rpg_time_reset=100000,rpg_byte_reset=0,dce_tcp_rtt=1000,rate_reduce_monitor_period=40000,min_time_between_cnps=1000,rpg_min_rate=1")
   topology
   # -u 18: a 1.07 s ACK timeout, above the worst queueing delay (1 MB at 10 Mb/s: 0.8 s).
   local common=(perf write-bw -s 65536 -D "$DURATION" -f 1 -u 18 --report_gbits --stats --rate-interval 100 "${cc[@]}")
