@@ -438,42 +438,19 @@ impl MrTable {
         &self,
         pd: PdId,
         sges: &[Sge],
-        mut offset: u64,
+        offset: u64,
         out: &mut [u8],
     ) -> Result<(), MrError> {
-        let mut done = 0usize;
-        for sge in sges {
-            if done == out.len() {
-                break;
-            }
-            let l = u64::from(sge.length);
-            if offset >= l {
-                offset -= l;
-                continue;
-            }
-            let n = ((l - offset) as usize).min(out.len() - done);
-            let addr = sge.addr.checked_add(offset).ok_or(MrError::OutOfBounds {
-                addr: sge.addr,
-                len: l,
-            })?;
+        walk_sges(sges, offset, out.len(), |lkey, addr, range| {
             self.read(
-                sge.lkey,
+                lkey,
                 KeyKind::Local,
                 pd,
                 addr,
                 Access::empty(),
-                &mut out[done..done + n],
-            )?;
-            done += n;
-            offset = 0;
-        }
-        if done != out.len() {
-            return Err(MrError::OutOfBounds {
-                addr: 0,
-                len: out.len() as u64,
-            });
-        }
-        Ok(())
+                &mut out[range],
+            )
+        })
     }
 
     /// Scatters `data` starting `offset` bytes into the concatenation of `sges`, which
@@ -482,42 +459,19 @@ impl MrTable {
         &self,
         pd: PdId,
         sges: &[Sge],
-        mut offset: u64,
+        offset: u64,
         data: &[u8],
     ) -> Result<(), MrError> {
-        let mut done = 0usize;
-        for sge in sges {
-            if done == data.len() {
-                break;
-            }
-            let l = u64::from(sge.length);
-            if offset >= l {
-                offset -= l;
-                continue;
-            }
-            let n = ((l - offset) as usize).min(data.len() - done);
-            let addr = sge.addr.checked_add(offset).ok_or(MrError::OutOfBounds {
-                addr: sge.addr,
-                len: l,
-            })?;
+        walk_sges(sges, offset, data.len(), |lkey, addr, range| {
             self.write(
-                sge.lkey,
+                lkey,
                 KeyKind::Local,
                 pd,
                 addr,
                 Access::LOCAL_WRITE,
-                &data[done..done + n],
-            )?;
-            done += n;
-            offset = 0;
-        }
-        if done != data.len() {
-            return Err(MrError::OutOfBounds {
-                addr: 0,
-                len: data.len() as u64,
-            });
-        }
-        Ok(())
+                &data[range],
+            )
+        })
     }
 
     /// Checks every SGE of a list once (key, PD, bounds, `need`).
@@ -542,6 +496,43 @@ impl MrTable {
 pub(crate) fn sge_total(sges: &[Sge]) -> Option<u32> {
     sges.iter()
         .try_fold(0u32, |acc, s| acc.checked_add(s.length))
+}
+
+/// Walks `len` bytes starting `offset` bytes into the concatenation of `sges`: calls `f`
+/// with each piece's key, address and range within the `len` bytes, in order. Fails when
+/// the SGEs hold fewer than `offset + len` bytes or an address overflows.
+fn walk_sges(
+    sges: &[Sge],
+    mut offset: u64,
+    len: usize,
+    mut f: impl FnMut(u32, u64, core::ops::Range<usize>) -> Result<(), MrError>,
+) -> Result<(), MrError> {
+    let mut done = 0usize;
+    for sge in sges {
+        if done == len {
+            break;
+        }
+        let l = u64::from(sge.length);
+        if offset >= l {
+            offset -= l;
+            continue;
+        }
+        let n = ((l - offset) as usize).min(len - done);
+        let addr = sge.addr.checked_add(offset).ok_or(MrError::OutOfBounds {
+            addr: sge.addr,
+            len: l,
+        })?;
+        f(sge.lkey, addr, done..done + n)?;
+        done += n;
+        offset = 0;
+    }
+    if done != len {
+        return Err(MrError::OutOfBounds {
+            addr: 0,
+            len: len as u64,
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
