@@ -4,6 +4,12 @@
 //! (in the byte order of `gid_to_wire_gid`: each 32-bit word printed as `%08x` of its
 //! big-endian value) and a NUL: 52 bytes. The client sends first, reads the server's
 //! message, then sends "done".
+//!
+//! ferroce's programs keep the connection for the end of the run ([`finish`]): each side
+//! says "done" again and waits for the other's before it destroys its QP. rdma-core's
+//! examples have no such step, so a run's last ACK lost on the wire leaves one side
+//! resending to a QP that is gone until its retry count runs out (RetryExcErr). They
+//! close the connection after the exchange, so with them [`finish`] returns at once.
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv6Addr, TcpListener, TcpStream, ToSocketAddrs};
@@ -81,7 +87,8 @@ fn read_msg(s: &mut TcpStream) -> io::Result<Dest> {
 }
 
 /// Client side: connect to `server:port`, send `mine`, receive the server's, send "done".
-pub fn client_exchange(server: &str, port: u16, mine: &Dest) -> io::Result<Dest> {
+/// The connection is kept for [`finish`].
+pub fn client_exchange(server: &str, port: u16, mine: &Dest) -> io::Result<(TcpStream, Dest)> {
     let addr = (server, port).to_socket_addrs()?.next().ok_or_else(|| {
         io::Error::new(io::ErrorKind::NotFound, format!("cannot resolve {server}"))
     })?;
@@ -92,14 +99,16 @@ pub fn client_exchange(server: &str, port: u16, mine: &Dest) -> io::Result<Dest>
         )
     })?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    client_exchange_on(s, mine)
+    let mut s = s;
+    let theirs = client_exchange_on(&mut s, mine)?;
+    Ok((s, theirs))
 }
 
 /// Client side on a connection already made: send `mine`, receive the server's, send
 /// "done".
-pub fn client_exchange_on(mut s: TcpStream, mine: &Dest) -> io::Result<Dest> {
+pub fn client_exchange_on(s: &mut TcpStream, mine: &Dest) -> io::Result<Dest> {
     s.write_all(&mine.encode())?;
-    let theirs = read_msg(&mut s)?;
+    let theirs = read_msg(s)?;
     s.write_all(b"done\0")?;
     Ok(theirs)
 }
@@ -115,13 +124,31 @@ pub fn server_accept(port: u16) -> io::Result<(TcpStream, Dest)> {
     Ok((s, theirs))
 }
 
-/// Server side, second half (after connecting the QP): send ours, wait for "done".
-pub fn server_finish(mut s: TcpStream, mine: &Dest) -> io::Result<()> {
+/// Server side, second half (after connecting the QP): send ours, wait for "done". The
+/// connection is kept for [`finish`].
+pub fn server_finish(mut s: TcpStream, mine: &Dest) -> io::Result<TcpStream> {
     s.write_all(&mine.encode())?;
     let mut done = [0u8; 5];
     // Older clients close without "done"; either way the exchange is over.
     let _ = s.read(&mut done);
-    Ok(())
+    Ok(s)
+}
+
+/// The end of a run, once this side has all its completions: send "done" and wait (at
+/// most `wait`) until the peer has sent its own or closed the connection. Until then the
+/// caller's QP stays up, so the peer's resends of a request whose ACK was lost are still
+/// answered. Errors count as the peer being gone: there is nothing left to wait for.
+pub fn finish(s: &mut TcpStream, wait: Duration) {
+    let _ = s.set_read_timeout(Some(wait));
+    let _ = s.write_all(b"done\0");
+    let mut done = [0u8; 5];
+    let mut got = 0;
+    while got < done.len() {
+        match s.read(&mut done[got..]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -144,5 +171,43 @@ mod tests {
         assert_eq!(m[51], 0);
         assert_eq!(Dest::decode(&m), Some(d));
         assert_eq!(Dest::decode(b"0000:000011:123456:zz"), None);
+    }
+
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    }
+
+    #[test]
+    fn finish_waits_until_the_peer_is_done_too() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let (mut a, mut b) = pair();
+        let peer_done = Arc::new(AtomicBool::new(false));
+        let flag = peer_done.clone();
+        let peer = std::thread::spawn(move || {
+            // The peer still has work after this side finished.
+            std::thread::sleep(Duration::from_millis(200));
+            flag.store(true, Ordering::SeqCst);
+            finish(&mut b, Duration::from_secs(20));
+        });
+        finish(&mut a, Duration::from_secs(20));
+        assert!(
+            peer_done.load(Ordering::SeqCst),
+            "finish returned before the peer finished"
+        );
+        peer.join().unwrap();
+    }
+
+    #[test]
+    fn finish_returns_when_the_peer_closed_the_connection() {
+        // rdma-core's examples close the connection right after the exchange.
+        let (mut a, b) = pair();
+        drop(b);
+        let t = std::time::Instant::now();
+        finish(&mut a, Duration::from_secs(20));
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
     }
 }

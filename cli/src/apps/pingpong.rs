@@ -158,17 +158,16 @@ pub fn run(ctx: &Context, o: &Options, out: &mut dyn Write) -> Result<Report, Pi
             qp.connect(&p)
         }
     };
-    let theirs = match &o.server {
+    let (mut link, theirs) = match &o.server {
         Some(server) => {
-            let theirs = oob::client_exchange(server, o.port, &mine)?;
+            let (link, theirs) = oob::client_exchange(server, o.port, &mine)?;
             connect(&theirs)?;
-            theirs
+            (link, theirs)
         }
         None => {
             let (stream, theirs) = oob::server_accept(o.port)?;
             connect(&theirs)?;
-            oob::server_finish(stream, &mine)?;
-            theirs
+            (oob::server_finish(stream, &mine)?, theirs)
         }
     };
     writeln!(
@@ -254,6 +253,9 @@ pub fn run(ctx: &Context, o: &Options, out: &mut dyn Write) -> Result<Report, Pi
         }
     }
     let secs = start.elapsed().as_secs_f64();
+    // Keep the QP until the peer has its completions too: its last request's ACK may have
+    // been lost, and its resend needs this QP to answer it.
+    oob::finish(&mut link, o.timeout);
     let usec = secs * 1e6;
     let bytes = (o.size * o.iters * 2) as u64;
     writeln!(

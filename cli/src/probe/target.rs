@@ -247,8 +247,9 @@ impl OobTarget {
             .map_err(|e| e.to_string())?;
         let mtu = self.mtu.bytes();
         if self.via == Via::Pingpong {
+            let mut stream = stream;
             let d = oob::client_exchange_on(
-                stream,
+                &mut stream,
                 &oob::Dest {
                     lid: 0,
                     qpn: mine.qpn,
