@@ -27,8 +27,9 @@ wait_port() { for _ in $(seq 1 100); do ip netns exec "$1" ss -ltn | grep -q ":$
 # One line of a client's output: rc-ops' and pingpong's last line, or perftest's result row.
 summary() { grep -hE 'verified in|usec/iter' "$1" | head -1; awk '/^ #bytes/ { getline; print; exit }' "$1" | tr -s ' \t' ' '; }
 
-# case NAME PORT SERVER_CMD... -- CLIENT_CMD...
-case_() {
+# pair NAME PORT SERVER_CMD... -- CLIENT_CMD...: server in B, client in A (output in
+# $out/NAME.server and .client); succeeds iff both do.
+pair() {
   local name=$1 port=$2; shift 2
   local srv=() cli=()
   while [ "$1" != -- ]; do srv+=("$1"); shift; done; shift; cli=("$@")
@@ -36,9 +37,18 @@ case_() {
   local sp=$!
   wait_port $B "$port"
   if ip netns exec $A timeout 120 "$F" "${cli[@]}" --stats 10.88.0.2 >"$out/$name.client" 2>&1 && wait $sp; then
+    return 0
+  fi
+  wait $sp 2>/dev/null; return 1
+}
+
+# case NAME PORT SERVER_CMD... -- CLIENT_CMD...: a pair, as one PASS or FAIL line.
+case_() {
+  local name=$1
+  if pair "$@"; then
     pass=$((pass + 1)); echo "PASS $name: $(summary "$out/$name.client")"
   else
-    wait $sp 2>/dev/null; fail=$((fail + 1)); echo "FAIL $name"; tail -n 5 "$out/$name.client" "$out/$name.server" | sed 's/^/    /'
+    fail=$((fail + 1)); echo "FAIL $name"; tail -n 5 "$out/$name.client" "$out/$name.server" | sed 's/^/    /'
   fi
   grep -h '^counters:' "$out/$name.client" | sed 's/^/    client /'
 }
@@ -120,13 +130,10 @@ ip netns exec $A tc qdisc change dev veth-a root netem loss 10% delay 1ms
 ip netns exec $B tc qdisc change dev veth-b root netem loss 10% delay 1ms
 ends_ok=0 ends_bad=0
 for i in $(seq 1 12); do
-  ip netns exec $B timeout 60 "$F" rc-pingpong -d veth-b -n 5 -s 4096 -c >"$out/pp-end-$i.server" 2>&1 &
-  sp=$!
-  wait_port $B 18515
-  if ip netns exec $A timeout 60 "$F" rc-pingpong -d veth-a -n 5 -s 4096 -c 10.88.0.2 >"$out/pp-end-$i.client" 2>&1 && wait $sp; then
+  if pair "pp-end-$i" 18515 rc-pingpong -d veth-b -n 5 -s 4096 -c -- rc-pingpong -d veth-a -n 5 -s 4096 -c; then
     ends_ok=$((ends_ok + 1))
   else
-    wait $sp 2>/dev/null; ends_bad=$((ends_bad + 1))
+    ends_bad=$((ends_bad + 1))
     grep -h 'Failed\|rror\|Timeout' "$out/pp-end-$i.client" "$out/pp-end-$i.server" | head -2 | sed "s/^/    run $i: /"
   fi
 done

@@ -92,14 +92,13 @@ pub fn client_exchange(server: &str, port: u16, mine: &Dest) -> io::Result<(TcpS
     let addr = (server, port).to_socket_addrs()?.next().ok_or_else(|| {
         io::Error::new(io::ErrorKind::NotFound, format!("cannot resolve {server}"))
     })?;
-    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(|e| {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(|e| {
         io::Error::new(
             e.kind(),
             format!("couldn't connect to {server}:{port}: {e} (is the server running?)"),
         )
     })?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let mut s = s;
     let theirs = client_exchange_on(&mut s, mine)?;
     Ok((s, theirs))
 }
@@ -141,14 +140,8 @@ pub fn server_finish(mut s: TcpStream, mine: &Dest) -> io::Result<TcpStream> {
 pub fn finish(s: &mut TcpStream, wait: Duration) {
     let _ = s.set_read_timeout(Some(wait));
     let _ = s.write_all(b"done\0");
-    let mut done = [0u8; 5];
-    let mut got = 0;
-    while got < done.len() {
-        match s.read(&mut done[got..]) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => got += n,
-        }
-    }
+    // Its "done", or the end of the stream (an error: the peer closed), or the timeout.
+    let _ = s.read_exact(&mut [0u8; 5]);
 }
 
 #[cfg(test)]

@@ -236,7 +236,7 @@ impl Target for OobTarget {
 impl OobTarget {
     fn exchange(&mut self, mine: Mine) -> Result<Connected, String> {
         let client_target = self.via == Via::ReadBwClient;
-        let stream = if client_target {
+        let mut stream = if client_target {
             self.accept()?
         } else {
             self.tcp()?
@@ -247,7 +247,6 @@ impl OobTarget {
             .map_err(|e| e.to_string())?;
         let mtu = self.mtu.bytes();
         if self.via == Via::Pingpong {
-            let mut stream = stream;
             let d = oob::client_exchange_on(
                 &mut stream,
                 &oob::Dest {
