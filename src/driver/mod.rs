@@ -34,6 +34,7 @@ mod completions;
 mod cq_events;
 mod endpoint_lock;
 mod fatal;
+pub(crate) mod icrc_engine;
 mod io;
 mod linger;
 mod recorder;

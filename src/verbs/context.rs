@@ -140,6 +140,7 @@ impl Context {
             port_mtu: attr.active_mtu,
             split_writes: split_writes(link.joins_frames()),
         };
+        crate::driver::icrc_engine::choice();
         let endpoint = Endpoint::with_random(config, super::random::os_random()?);
         let driver = Driver::start(endpoint, link, resolver)?;
         Ok(Context {
@@ -271,6 +272,13 @@ impl Context {
     /// talks to this host); `None` for the in-memory wire.
     pub fn link_same_host(&self) -> Option<&'static str> {
         self.shared().link().same_host()
+    }
+
+    /// The CRC-32 routine computing ICRCs in this process (`simd` or `table`) and why:
+    /// chosen by timing both when the first device opened, or by `FERROCE_ICRC`.
+    pub fn icrc_engine(&self) -> String {
+        let c = crate::driver::icrc_engine::choice();
+        format!("{} ({})", c.engine.name(), c.why)
     }
 
     /// Whether RC RDMA WRITEs leave as one WRITE ONLY packet each (see

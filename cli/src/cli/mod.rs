@@ -120,6 +120,7 @@ fn print_stats(ctx: &ferroce::verbs::Context) {
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     eprintln!("link: {}", ctx.link_io());
+    eprintln!("icrc: {}", ctx.icrc_engine());
     if ctx.split_writes() {
         eprintln!("writes: split (each packet a WRITE ONLY of its own)");
     }
