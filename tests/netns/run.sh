@@ -99,32 +99,31 @@ run_all ""
 # sockets only, and rings both ways. `--stats` says which one ran.
 FERROCE_PACKET_RINGS=none run_all "-sockets" 10
 FERROCE_PACKET_RINGS=both run_all "-txring" 10
-check_link() {  # CASE MODE: both ends of CASE said they moved frames with MODE
-  if [ "$(cat "$out/$1.client" "$out/$1.server" | grep -cE "^link: $2( |$)")" = 2 ]; then
-    pass=$((pass + 1)); echo "PASS $1 moved frames with $2"
+check_stats() {  # CASE KEY ERE SAYS: both ends of CASE printed a --stats line "KEY: ERE..."
+  if [ "$(cat "$out/$1.client" "$out/$1.server" | grep -cE "^$2: $3")" = 2 ]; then
+    pass=$((pass + 1)); echo "PASS $1 $4"
   else
-    fail=$((fail + 1)); echo "FAIL $1 did not use $2"; grep -h '^link:' "$out/$1".* | sed 's/^/    /'
+    fail=$((fail + 1)); echo "FAIL $1 did not print '$2: $3'"; grep -h "^$2:" "$out/$1".* | sed 's/^/    /'
   fi
 }
+check_capture() {  # CASE: its client's capture holds only RoCE frames with valid ICRCs
+  if "$F" decode "$out/$1.pcap" | tail -1 | grep -q '(0 with a bad ICRC), 0 corrupt'; then
+    pass=$((pass + 1)); echo "PASS $1 capture decodes with valid ICRCs"
+  else
+    fail=$((fail + 1)); echo "FAIL $1 capture"
+  fi
+}
+check_link() { check_stats "$1" link "$2( |$)" "moved frames with $2"; }  # CASE MODE
 check_link rc-ops "rx=ring tx=sendmmsg"
 check_link rc-ops-sockets "rx=recvmmsg tx=sendmmsg"
 check_link rc-ops-txring "rx=ring tx=ring"
-"$F" decode "$out/rc-ops.pcap" | tail -1 | grep -q '(0 with a bad ICRC), 0 corrupt' && { pass=$((pass + 1)); echo "PASS rc-ops capture decodes with valid ICRCs"; } ||
-  { fail=$((fail + 1)); echo "FAIL rc-ops capture"; }
+check_capture rc-ops
 # ICRCs by the table engine (what a device picks where it times faster, as under qemu
 # TCG), checked by the peer and, in the capture, by `decode`'s default engine.
 FERROCE_ICRC=table case_ rc-ops-icrc-table 18516 rc-ops -d veth-b -s 65536 -n 10 -- rc-ops -d veth-a -s 65536 -n 10 --pcap "$out/rc-ops-icrc-table.pcap"
-check_icrc() {  # CASE LINE: both ends of CASE printed the --stats line LINE
-  if [ "$(cat "$out/$1.client" "$out/$1.server" | grep -cF "$2")" = 2 ]; then
-    pass=$((pass + 1)); echo "PASS $1: $2"
-  else
-    fail=$((fail + 1)); echo "FAIL $1 did not print '$2'"; grep -h '^icrc:' "$out/$1".* | sed 's/^/    /'
-  fi
-}
-check_icrc rc-ops-icrc-table "icrc: table (FERROCE_ICRC=table)"
-check_icrc rc-ops "(measured: "
-"$F" decode "$out/rc-ops-icrc-table.pcap" | tail -1 | grep -q '(0 with a bad ICRC), 0 corrupt' && { pass=$((pass + 1)); echo "PASS rc-ops-icrc-table capture decodes with valid ICRCs"; } ||
-  { fail=$((fail + 1)); echo "FAIL rc-ops-icrc-table capture"; }
+check_stats rc-ops-icrc-table icrc 'table \(FERROCE_ICRC=table\)' "computed ICRCs with the table"
+check_stats rc-ops icrc '(simd|table) \(measured: ' "timed the ICRC engines"
+check_capture rc-ops-icrc-table
 # Faults on both directions of the wire.
 ip netns exec $A tc qdisc add dev veth-a root netem loss 2% delay 1ms 1ms reorder 10% duplicate 2%
 ip netns exec $B tc qdisc add dev veth-b root netem loss 2% delay 1ms 1ms reorder 10% duplicate 2%
