@@ -125,7 +125,14 @@ fn a_verbs_call_goes_ahead_while_another_thread_is_sending() {
         // A second SEND from another thread, built now: it must leave behind the first,
         // whose send call it finds stalled.
         scope.spawn(|| send(2, 64));
-        std::thread::sleep(Duration::from_millis(100));
+        let start = Instant::now();
+        while counter(&ctx, "tx_turn_waits") == 0 {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "the second SEND never waited for its turn"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
         *gate.open.lock().unwrap() = true;
         gate.opened.notify_all();
     });
@@ -151,4 +158,12 @@ fn a_verbs_call_goes_ahead_while_another_thread_is_sending() {
         }
     }
     assert_eq!(got, vec![(0x100, 0x11), (0x101, 0x22)]);
+}
+
+fn counter(ctx: &Context, name: &str) -> u64 {
+    ctx.counters()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .unwrap_or_else(|| panic!("no counter {name}"))
+        .1
 }

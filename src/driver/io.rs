@@ -103,6 +103,11 @@ impl LinkIo {
     pub(super) fn counters(&self) -> DriverCounters {
         *relock(&self.counters)
     }
+
+    /// How often building and sending transmit batches overlapped (see `tx_pipe`).
+    pub(super) fn tx_counters(&self) -> [(&'static str, u64); 2] {
+        self.tx.counters()
+    }
 }
 
 impl Shared {

@@ -133,6 +133,12 @@ impl Shared {
         self.io.counters()
     }
 
+    /// Times a thread waited for a free transmit batch and for an earlier batch's send
+    /// (`tx_batch_waits`, `tx_turn_waits`).
+    pub fn tx_counters(&self) -> [(&'static str, u64); 2] {
+        self.io.tx_counters()
+    }
+
     /// Starts recording every frame sent and received to `path`.
     pub fn start_pcap(&self, path: &std::path::Path) -> std::io::Result<()> {
         self.recorder.start(path)

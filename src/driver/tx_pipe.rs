@@ -15,6 +15,7 @@
 //! because a batch comes back before its holder locks the endpoint again.
 
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use crate::link::FrameBatch;
@@ -29,6 +30,10 @@ pub(super) struct TxPipe {
     freed: Condvar,
     /// A turn ended.
     served: Condvar,
+    /// Times a thread waited for a free batch (`tx_batch_waits`) and for the send of an
+    /// earlier batch (`tx_turn_waits`): how often building and sending overlapped.
+    batch_waits: AtomicU64,
+    turn_waits: AtomicU64,
 }
 
 struct State {
@@ -65,7 +70,17 @@ impl TxPipe {
             }),
             freed: Condvar::new(),
             served: Condvar::new(),
+            batch_waits: AtomicU64::new(0),
+            turn_waits: AtomicU64::new(0),
         }
+    }
+
+    /// The `tx_batch_waits` and `tx_turn_waits` counters, for `--stats`.
+    pub(super) fn counters(&self) -> [(&'static str, u64); 2] {
+        [
+            ("tx_batch_waits", self.batch_waits.load(Ordering::Relaxed)),
+            ("tx_turn_waits", self.turn_waits.load(Ordering::Relaxed)),
+        ]
     }
 
     /// Lends a batch, waiting until one comes back if all are lent. Called with the
@@ -79,6 +94,7 @@ impl TxPipe {
                     batch: Some(batch),
                 };
             }
+            self.batch_waits.fetch_add(1, Ordering::Relaxed);
             s.want_batch += 1;
             s = wait(&self.freed, s);
             s.want_batch -= 1;
@@ -137,6 +153,9 @@ impl Turn<'_> {
     /// Waits until every batch built before this one has been sent.
     pub(super) fn wait(&self) {
         let mut s = relock(&self.pipe.state);
+        if s.serving != self.turn {
+            self.pipe.turn_waits.fetch_add(1, Ordering::Relaxed);
+        }
         while s.serving != self.turn {
             s.want_turn += 1;
             s = wait(&self.pipe.served, s);
@@ -167,20 +186,31 @@ mod tests {
     fn batches_go_out_in_the_order_their_turns_were_taken() {
         let pipe = TxPipe::new(1);
         let sent = Mutex::new(Vec::new());
-        let turns: Vec<Turn<'_>> = (0..4).map(|_| pipe.turn()).collect();
+        let mut turns: Vec<Turn<'_>> = (0..4).map(|_| pipe.turn()).collect();
+        let first = turns.remove(0);
         std::thread::scope(|scope| {
             // The later a turn, the sooner its thread tries to send: without the turns
             // they would send in reverse.
             for (i, turn) in turns.into_iter().enumerate().rev() {
                 let sent = &sent;
                 scope.spawn(move || {
-                    std::thread::sleep(Duration::from_millis(5 * (3 - i) as u64));
+                    std::thread::sleep(Duration::from_millis(5 * (2 - i) as u64));
                     turn.wait();
-                    sent.lock().unwrap().push(i);
+                    sent.lock().unwrap().push(i + 1);
                 });
             }
+            // All three wait while the first turn's batch is "in the kernel".
+            let start = std::time::Instant::now();
+            while pipe.counters()[1].1 < 3 {
+                assert!(start.elapsed() < Duration::from_secs(10), "no turn waited");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            first.wait();
+            sent.lock().unwrap().push(0);
+            drop(first);
         });
         assert_eq!(*sent.lock().unwrap(), vec![0, 1, 2, 3]);
+        assert_eq!(pipe.counters()[1], ("tx_turn_waits", 3));
     }
 
     #[test]
@@ -203,6 +233,7 @@ mod tests {
             drop(a);
         });
         assert!(*got.lock().unwrap());
+        assert_eq!(pipe.counters()[0], ("tx_batch_waits", 1));
         drop(b);
         assert_eq!(relock(&pipe.state).free.len(), BATCHES);
     }
