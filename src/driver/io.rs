@@ -11,7 +11,7 @@ use std::time::Duration;
 use ferroce_transport::Endpoint;
 use ferroce_wire::{split_link, EthernetRepr};
 
-use crate::link::{fill_batch, FrameBatch, Link, TxOutcome};
+use crate::link::{fill_batch, send_or_lose, FrameBatch, Link, TxOutcome};
 use crate::net::neigh::{ResolveError, Resolver};
 
 use super::tx_pipe::TxPipe;
@@ -265,18 +265,14 @@ impl Shared {
                 let n = batch.len();
                 let sent = ep.unlocked(|| {
                     turn.wait();
-                    let sent = link.send_batch(&mut batch).unwrap_or_else(|e| {
-                        tracing::debug!(error = %e, "send failed");
-                        0
-                    });
+                    let sent = send_or_lose(link, &mut batch);
                     // The next turn may go, and the batch is back, before this thread
                     // waits for the endpoint again (see `tx_pipe`).
                     drop(turn);
                     drop(batch);
                     sent
                 });
-                out.queued += sent;
-                out.refused += n - sent;
+                out.add_sent(n, sent);
                 if done {
                     break;
                 }

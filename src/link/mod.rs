@@ -202,12 +202,16 @@ pub(crate) fn send_each_batched<L: Link + ?Sized>(
         if batch.is_empty() {
             continue;
         }
-        let sent = link.send_batch(batch).unwrap_or_else(|e| {
-            tracing::debug!(error = %e, "send failed");
-            0
-        });
-        out.queued += sent;
-        out.refused += batch.len() - sent;
+        out.add_sent(batch.len(), send_or_lose(link, batch));
     }
     out
+}
+
+/// [`Link::send_batch`], where a failed send is a loss like any other (as on a wire:
+/// go-back-N recovers): returns how many frames the link took.
+pub fn send_or_lose<L: Link + ?Sized>(link: &L, batch: &mut FrameBatch) -> usize {
+    link.send_batch(batch).unwrap_or_else(|e| {
+        tracing::debug!(error = %e, "send failed");
+        0
+    })
 }
