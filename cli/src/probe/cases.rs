@@ -153,6 +153,7 @@ struct StepDef {
     fill: Option<String>,
     // expect
     within_ms: Option<u64>,
+    before_timer: Option<bool>,
     min_ms: Option<u64>,
     orig: Option<String>,
     save: Option<String>,
@@ -318,6 +319,12 @@ pub struct Expect {
     pub orig: Option<String>,
     /// How long to wait (silence: how long it must last).
     pub within_ms: u64,
+    /// Wait only three quarters of the target's local ACK timeout instead: what must come
+    /// "at once", not when the target's retransmission timer fires. Scaled to the
+    /// target's timer so that a target with a long one (the in-process `local` target,
+    /// sharing its CPUs with other tests) is not held to a window its timer cannot
+    /// explain.
+    pub before_timer: bool,
     /// It must not come sooner than this after the previous step (timer checks).
     pub min_ms: Option<u64>,
     /// READ response: how many packets (default: the length of the last READ over the MTU).
@@ -397,10 +404,16 @@ fn load_step(s: StepDef, saved: &mut BTreeSet<String>) -> Result<Step, String> {
     }
     match (&s.send, &s.expect, s.sleep_ms) {
         (Some(op), None, None) => {
-            let expect_only = [s.within_ms.is_some(), s.min_ms.is_some(), s.orig.is_some()];
+            let expect_only = [
+                s.within_ms.is_some(),
+                s.before_timer.is_some(),
+                s.min_ms.is_some(),
+                s.orig.is_some(),
+            ];
             if expect_only.contains(&true) || s.save.is_some() || s.count.is_some() {
                 return Err(
-                    "within_ms, min_ms, orig, save and count belong to expect steps".into(),
+                    "within_ms, before_timer, min_ms, orig, save and count belong to expect steps"
+                        .into(),
                 );
             }
             let kind = send_kind(op)?;
@@ -463,6 +476,10 @@ fn load_step(s: StepDef, saved: &mut BTreeSet<String>) -> Result<Step, String> {
                 }
                 saved.insert(name.clone());
             }
+            let before_timer = s.before_timer.unwrap_or(false);
+            if before_timer && s.within_ms.is_some() {
+                return Err("before_timer sets the wait: within_ms cannot be given with it".into());
+            }
             let default_wait = if kind == ExpectKind::Nothing {
                 300
             } else {
@@ -474,6 +491,7 @@ fn load_step(s: StepDef, saved: &mut BTreeSet<String>) -> Result<Step, String> {
                 msn: s.msn,
                 orig: s.orig,
                 within_ms: s.within_ms.unwrap_or(default_wait),
+                before_timer,
                 min_ms: s.min_ms,
                 count: s.count,
                 save: s.save,
@@ -596,6 +614,11 @@ mod tests {
         assert!(bad("{ send = \"SEND\", expect = \"ACK\" }").contains("exactly one"));
         assert!(bad("{ expect = \"ACK\", len = 3 }").contains("send steps"));
         assert!(bad("{ send = \"SEND\", colour = 1 }").contains("colour"));
+        assert!(bad("{ send = \"SEND\", before_timer = true }").contains("expect steps"));
+        assert!(
+            bad("{ expect = \"REQUEST\", before_timer = true, within_ms = 9 }")
+                .contains("before_timer")
+        );
         // A saved name is known to later steps only.
         assert!(
             bad("{ expect = \"ACK\", psn = \"x1\" }, { expect = \"REQUEST\", save = \"x1\" }")

@@ -453,10 +453,21 @@ impl Run<'_> {
         if let Some(ms) = e.min_ms {
             want.push_str(&format!(" no sooner than {ms} ms"));
         }
-        want.push_str(&format!(" within {} ms", e.within_ms));
+        let within_ms = if e.before_timer {
+            self.remote.timeout_ms * 3 / 4
+        } else {
+            e.within_ms
+        };
+        want.push_str(&format!(" within {within_ms} ms"));
+        if e.before_timer {
+            want.push_str(&format!(
+                " (before the target's {} ms ACK timer)",
+                self.remote.timeout_ms
+            ));
+        }
         self.line("expected", want);
         let start = self.last_step_end;
-        let deadline = Instant::now() + Duration::from_millis(e.within_ms);
+        let deadline = Instant::now() + Duration::from_millis(within_ms);
         if e.kind == ExpectKind::Nothing {
             return match self.recv(deadline)? {
                 None => {
