@@ -10,7 +10,7 @@
 
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use ferroce_transport::{CqId, Endpoint, WorkCompletion};
 
@@ -18,20 +18,40 @@ use super::Shared;
 
 /// The locked endpoint; releasing it counts a change.
 pub struct EndpointGuard<'a> {
-    guard: MutexGuard<'a, Endpoint>,
+    /// Always `Some` but inside [`EndpointGuard::unlocked`].
+    guard: Option<MutexGuard<'a, Endpoint>>,
+    lock: &'a Mutex<Endpoint>,
     changes: &'a AtomicU64,
+}
+
+impl EndpointGuard<'_> {
+    /// Runs `f` with the endpoint unlocked and locks it again: for work that needs nothing
+    /// of the endpoint's, such as a system call sending frames already built. The
+    /// endpoint may have changed when `f` returns.
+    pub fn unlocked<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        // Counted before the release, as in `drop`.
+        self.changes.fetch_add(1, Ordering::Release);
+        drop(self.guard.take());
+        let r = f();
+        self.guard = Some(relock(self.lock));
+        r
+    }
 }
 
 impl Deref for EndpointGuard<'_> {
     type Target = Endpoint;
     fn deref(&self) -> &Endpoint {
-        &self.guard
+        self.guard
+            .as_deref()
+            .expect("endpoint locked outside `unlocked`")
     }
 }
 
 impl DerefMut for EndpointGuard<'_> {
     fn deref_mut(&mut self) -> &mut Endpoint {
-        &mut self.guard
+        self.guard
+            .as_deref_mut()
+            .expect("endpoint locked outside `unlocked`")
     }
 }
 
@@ -42,6 +62,13 @@ impl Drop for EndpointGuard<'_> {
         // change up to that count.
         self.changes.fetch_add(1, Ordering::Release);
     }
+}
+
+/// A panic while the endpoint was locked leaves it poisoned; the transport keeps its
+/// invariants per call, so the lock is taken back rather than taking every later API call
+/// down with it.
+fn relock(m: &Mutex<Endpoint>) -> MutexGuard<'_, Endpoint> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Where a CQ's poller remembers the change count at which it found the CQ empty.
@@ -56,20 +83,17 @@ impl Default for PollMark {
 
 impl Shared {
     /// Locks the endpoint for an API call or the driver.
-    ///
-    /// A panic while the endpoint was locked leaves it poisoned; the transport keeps its
-    /// invariants per call, so the lock is taken back rather than taking every later
-    /// API call down with it.
     pub fn endpoint(&self) -> EndpointGuard<'_> {
         EndpointGuard {
-            guard: self.lock_uncounted(),
+            guard: Some(self.lock_uncounted()),
+            lock: &self.endpoint,
             changes: &self.endpoint_changes,
         }
     }
 
     /// The lock itself, released without counting a change: only for taking completions.
     fn lock_uncounted(&self) -> MutexGuard<'_, Endpoint> {
-        self.endpoint.lock().unwrap_or_else(PoisonError::into_inner)
+        relock(&self.endpoint)
     }
 
     /// Moves up to `max` completions of CQ `cq` into `out`. When nothing has locked the

@@ -11,10 +11,11 @@ use std::time::Duration;
 use ferroce_transport::Endpoint;
 use ferroce_wire::{split_link, EthernetRepr};
 
-use crate::link::{FrameBatch, Link, TxOutcome};
+use crate::link::{fill_batch, send_or_lose, FrameBatch, Link, TxOutcome};
 use crate::net::neigh::{ResolveError, Resolver};
 
-use super::{Shared, TX_BATCH};
+use super::tx_pipe::TxPipe;
+use super::{EndpointGuard, Shared, TX_BATCH};
 
 /// Counters of the driver itself (frames the transport never saw).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -41,8 +42,8 @@ pub(super) struct LinkIo {
     resolver: Arc<dyn Resolver>,
     /// The MAC address for each destination IP, filled when QPs and AHs are given a path.
     neighbours: Mutex<HashMap<IpAddr, [u8; 6]>>,
-    /// Frames being transmitted; only used with the endpoint locked.
-    tx: Mutex<FrameBatch>,
+    /// Frames being transmitted: built with the endpoint locked, sent without.
+    tx: TxPipe,
     /// Frames being received. Held from the receive call until the transport has them, so
     /// that frames reach the transport in link order whichever thread receives (the
     /// driver, or an API thread polling an empty CQ).
@@ -76,7 +77,7 @@ impl LinkIo {
             link,
             resolver,
             neighbours: Mutex::new(HashMap::new()),
-            tx: Mutex::new(FrameBatch::new(tx_batch)),
+            tx: TxPipe::new(tx_batch),
             rx: Mutex::new(FrameBatch::new(rx_batch)),
             counters: Mutex::new(DriverCounters::default()),
         }
@@ -101,6 +102,11 @@ impl LinkIo {
 
     pub(super) fn counters(&self) -> DriverCounters {
         *relock(&self.counters)
+    }
+
+    /// How often building and sending transmit batches overlapped (see `tx_pipe`).
+    pub(super) fn tx_counters(&self) -> [(&'static str, u64); 2] {
+        self.tx.counters()
     }
 }
 
@@ -183,7 +189,7 @@ impl Shared {
 
     /// Sends what poll mode left for later (see [`Shared::poll_rx`]) before a change that
     /// would lose it: a QP being destroyed takes its unsent ACKs with it.
-    pub fn send_pending(&self, ep: &mut Endpoint) {
+    pub fn send_pending(&self, ep: &mut EndpointGuard<'_>) {
         if self.tx_pending() {
             self.transmit(ep, TX_BATCH);
         }
@@ -192,7 +198,7 @@ impl Shared {
     /// Hands up to `max` datagrams from the transport to the link, built in place in the
     /// link's buffers and sent in batches. Datagrams to the device's own addresses go
     /// back to the transport instead, for a bounded number of rounds.
-    pub(super) fn transmit(&self, ep: &mut Endpoint, max: usize) -> TxOutcome {
+    pub(super) fn transmit(&self, ep: &mut EndpointGuard<'_>, max: usize) -> TxOutcome {
         let out = self.transmit_once(ep, max);
         if self.io.local.is_empty() {
             return out;
@@ -221,63 +227,123 @@ impl Shared {
         !relock(&self.io.loopback).is_empty()
     }
 
-    fn transmit_once(&self, ep: &mut Endpoint, max: usize) -> TxOutcome {
+    fn transmit_once(&self, ep: &mut EndpointGuard<'_>, max: usize) -> TxOutcome {
         // Whatever poll mode left for later goes now.
         self.wake.answers_pending.store(false, Ordering::Relaxed);
         self.wake.deferred_bytes.store(0, Ordering::Relaxed);
-        let mut tx = relock(&self.io.tx);
-        let now = self.now();
-        let src = self.io.link.mac();
-        let neighbours = relock(&self.io.neighbours);
-        let mut no_neighbour = 0;
-        // The last destination looked up: a batch is mostly one flow, and two hash
-        // lookups per packet showed in profiles (1.5% of all CPU at 64 KiB, MTU 1500).
-        let mut last: Option<(IpAddr, bool, Option<[u8; 6]>)> = None;
-        let out = self.io.link.send_each(&mut tx, max, &mut |slot| {
-            let t = ep.poll_transmit(now, &mut slot[14..])?;
-            // To this host: frames for this process's own QPs go straight back to the
-            // transport; those for another process's go to the interface's own MAC
-            // address, where its socket sees them go out (or, on lo, come back in).
-            let (local, dst) = match last {
-                Some((ip, local, dst)) if ip == t.dst => (local, dst),
-                _ => {
-                    let local = self.io.local.contains(&t.dst);
-                    let dst = if local {
-                        Some(src)
-                    } else {
-                        neighbours.get(&t.dst).copied()
-                    };
-                    last = Some((t.dst, local, dst));
-                    (local, dst)
+        let link = &*self.io.link;
+        let mut framer = Framer {
+            shared: self,
+            now: self.now(),
+            src: link.mac(),
+            last: None,
+            no_neighbour: 0,
+        };
+        let mut batch = self.io.tx.lend();
+        let mut out = TxOutcome::default();
+        if link.sends_from_ring() {
+            // Built in the ring itself: built and sent in one step, under the lock.
+            let neighbours = relock(&self.io.neighbours);
+            out = link.send_each(&mut batch, max, &mut |slot| {
+                framer.frame(ep, &neighbours, slot)
+            });
+        } else {
+            // Built under the lock, sent without it (see `tx_pipe`).
+            loop {
+                let neighbours = relock(&self.io.neighbours);
+                let (filled, more) = fill_batch(&mut batch, max - out.filled, &mut |slot| {
+                    framer.frame(ep, &neighbours, slot)
+                });
+                drop(neighbours);
+                out.filled += filled;
+                if batch.is_empty() {
+                    // Nothing more, or all `max` skipped.
+                    break;
                 }
-            };
-            let Some(dst) = dst else {
-                tracing::debug!(dst = %t.dst, "no MAC address for destination; dropped");
-                no_neighbour += 1;
-                return Some(0);
-            };
-            let eth = EthernetRepr {
-                src,
-                dst,
-                vlan: None,
-            };
-            if eth.emit(&mut slot[..14], t.dst.is_ipv6()).is_err() {
-                return Some(0);
+                let done = !more || out.filled >= max;
+                let turn = self.io.tx.turn();
+                let n = batch.len();
+                let sent = ep.unlocked(|| {
+                    turn.wait();
+                    let sent = send_or_lose(link, &mut batch);
+                    // The next turn may go, and the batch is back, before this thread
+                    // waits for the endpoint again (see `tx_pipe`).
+                    drop(turn);
+                    drop(batch);
+                    sent
+                });
+                out.add_sent(n, sent);
+                if done {
+                    break;
+                }
+                batch = self.io.tx.lend();
             }
-            self.recorder.record(&slot[..14 + t.len]);
-            if local && ep.has_qp(t.dst_qpn) {
-                relock(&self.io.loopback).push_back(slot[14..14 + t.len].to_vec());
-                return Some(0);
-            }
-            Some(14 + t.len)
-        });
-        drop(neighbours);
-        if out.refused > 0 || no_neighbour > 0 {
+        }
+        if out.refused > 0 || framer.no_neighbour > 0 {
             let mut c = relock(&self.io.counters);
             // A full or failing link is a loss on the wire: go-back-N recovers.
             c.send_err += out.refused as u64;
-            c.tx_no_neighbour += no_neighbour;
+            c.tx_no_neighbour += framer.no_neighbour;
         }
         out
+    }
+}
+
+/// Puts what the transport has to send into link slots, behind Ethernet headers.
+struct Framer<'a> {
+    shared: &'a Shared,
+    now: ferroce_transport::Instant,
+    src: [u8; 6],
+    /// The last destination looked up: a batch is mostly one flow, and two hash lookups
+    /// per packet showed in profiles (1.5% of all CPU at 64 KiB, MTU 1500).
+    last: Option<(IpAddr, bool, Option<[u8; 6]>)>,
+    no_neighbour: u64,
+}
+
+impl Framer<'_> {
+    /// One datagram of the transport's in `slot` (see [`Link::send_each`]'s `fill`).
+    fn frame(
+        &mut self,
+        ep: &mut Endpoint,
+        neighbours: &HashMap<IpAddr, [u8; 6]>,
+        slot: &mut [u8],
+    ) -> Option<usize> {
+        let io = &self.shared.io;
+        let t = ep.poll_transmit(self.now, &mut slot[14..])?;
+        // To this host: frames for this process's own QPs go straight back to the
+        // transport; those for another process's go to the interface's own MAC
+        // address, where its socket sees them go out (or, on lo, come back in).
+        let (local, dst) = match self.last {
+            Some((ip, local, dst)) if ip == t.dst => (local, dst),
+            _ => {
+                let local = io.local.contains(&t.dst);
+                let dst = if local {
+                    Some(self.src)
+                } else {
+                    neighbours.get(&t.dst).copied()
+                };
+                self.last = Some((t.dst, local, dst));
+                (local, dst)
+            }
+        };
+        let Some(dst) = dst else {
+            tracing::debug!(dst = %t.dst, "no MAC address for destination; dropped");
+            self.no_neighbour += 1;
+            return Some(0);
+        };
+        let eth = EthernetRepr {
+            src: self.src,
+            dst,
+            vlan: None,
+        };
+        if eth.emit(&mut slot[..14], t.dst.is_ipv6()).is_err() {
+            return Some(0);
+        }
+        self.shared.recorder.record(&slot[..14 + t.len]);
+        if local && ep.has_qp(t.dst_qpn) {
+            relock(&io.loopback).push_back(slot[14..14 + t.len].to_vec());
+            return Some(0);
+        }
+        Some(14 + t.len)
     }
 }

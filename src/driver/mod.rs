@@ -20,9 +20,10 @@
 //! 1. `io.rx` — the receive batch, held from the receive call until the transport has
 //!    the frames, so frames reach the transport in link order whoever receives;
 //! 2. `endpoint` — the transport;
-//! 3. `io.tx` — the transmit batch (only with the endpoint locked);
-//! 4. `io.neighbours` — the MAC address table;
-//! 5. leaves, never held while taking another lock: `io.counters`, `io.loopback`,
+//! 3. `io.neighbours` — the MAC address table;
+//! 4. leaves, never held while taking another lock: `io.tx` (the transmit batches and
+//!    their send order; a thread waits there for a batch with the endpoint locked, and
+//!    for its turn to send without it: see `tx_pipe`), `io.counters`, `io.loopback`,
 //!    `recorder.pcap`,
 //!    `completions.generation`, `cq_events.sinks`, `async_events.sinks` (and the queue
 //!    each sink locks inside it).
@@ -39,6 +40,7 @@ mod io;
 mod linger;
 mod recorder;
 mod thread;
+mod tx_pipe;
 mod wakeups;
 
 use std::net::IpAddr;
@@ -129,6 +131,12 @@ impl Shared {
     /// Driver counters.
     pub fn driver_counters(&self) -> DriverCounters {
         self.io.counters()
+    }
+
+    /// Times a thread waited for a free transmit batch and for an earlier batch's send
+    /// (`tx_batch_waits`, `tx_turn_waits`).
+    pub fn tx_counters(&self) -> [(&'static str, u64); 2] {
+        self.io.tx_counters()
     }
 
     /// Starts recording every frame sent and received to `path`.

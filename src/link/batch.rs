@@ -33,6 +33,14 @@ pub struct TxOutcome {
     pub ring_full: bool,
 }
 
+impl TxOutcome {
+    /// Counts a batch of `frames` of which the link took `sent`.
+    pub fn add_sent(&mut self, frames: usize, sent: usize) {
+        self.queued += sent;
+        self.refused += frames - sent;
+    }
+}
+
 /// Frame buffers for moving several frames per system call: `capacity` slots of
 /// [`MAX_FRAME`] bytes, the first `len()` holding frames.
 pub struct FrameBatch {

@@ -95,6 +95,13 @@ pub trait Link: Send + Sync + 'static {
     fn joins_frames(&self) -> bool {
         false
     }
+    /// Whether [`Link::send_each`] builds frames in memory it shares with the kernel (a
+    /// transmit ring), so building and sending are one step. Otherwise it is
+    /// [`fill_batch`] then [`Link::send_batch`], and a caller may build a batch under its
+    /// own lock and send it after releasing that lock.
+    fn sends_from_ring(&self) -> bool {
+        false
+    }
     /// How frames move, for `--stats` and logs: "rx=… tx=…".
     fn io_mode(&self) -> &'static str {
         "rx=memory tx=memory"
@@ -156,6 +163,29 @@ pub(crate) fn recv_each_batched<L: Link + ?Sized>(
     Ok(n)
 }
 
+/// Empties `batch` and fills it through `fill` (as in [`Link::send_each`]) until it is
+/// full, `max` calls produced something, or `fill` has nothing more. Returns how many calls
+/// produced something and whether `fill` may have more.
+pub fn fill_batch(
+    batch: &mut FrameBatch,
+    max: usize,
+    fill: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+) -> (usize, bool) {
+    batch.clear();
+    let mut filled = 0;
+    while filled < max && !batch.is_full() {
+        let i = batch.len();
+        let Some(len) = fill(batch.slot_mut(i)) else {
+            return (filled, false);
+        };
+        filled += 1;
+        if len > 0 {
+            batch.push(len);
+        }
+    }
+    (filled, true)
+}
+
 /// [`Link::send_each`] through `batch` and [`Link::send_batch`].
 pub(crate) fn send_each_batched<L: Link + ?Sized>(
     link: &L,
@@ -166,27 +196,22 @@ pub(crate) fn send_each_batched<L: Link + ?Sized>(
     let mut out = TxOutcome::default();
     let mut more = true;
     while more && out.filled < max {
-        batch.clear();
-        while out.filled < max && !batch.is_full() {
-            let i = batch.len();
-            let Some(len) = fill(batch.slot_mut(i)) else {
-                more = false;
-                break;
-            };
-            out.filled += 1;
-            if len > 0 {
-                batch.push(len);
-            }
-        }
+        let (filled, left) = fill_batch(batch, max - out.filled, fill);
+        out.filled += filled;
+        more = left;
         if batch.is_empty() {
             continue;
         }
-        let sent = link.send_batch(batch).unwrap_or_else(|e| {
-            tracing::debug!(error = %e, "send failed");
-            0
-        });
-        out.queued += sent;
-        out.refused += batch.len() - sent;
+        out.add_sent(batch.len(), send_or_lose(link, batch));
     }
     out
+}
+
+/// [`Link::send_batch`], where a failed send is a loss like any other (as on a wire:
+/// go-back-N recovers): returns how many frames the link took.
+pub fn send_or_lose<L: Link + ?Sized>(link: &L, batch: &mut FrameBatch) -> usize {
+    link.send_batch(batch).unwrap_or_else(|e| {
+        tracing::debug!(error = %e, "send failed");
+        0
+    })
 }

@@ -505,6 +505,9 @@ impl Link for PacketLink {
             Err(e) => Err(e),
         }
     }
+    fn sends_from_ring(&self) -> bool {
+        self.tx_ring().is_some()
+    }
     fn joins_frames(&self) -> bool {
         // Not the UDP-socket way: it serves rxe peers (Linux 6.1), where split WRITEs
         // are not proven.
