@@ -119,7 +119,8 @@ fn run_one(
 
 /// A fresh QP of the target connected to a fresh raw endpoint of the probe (what each
 /// case, fuzz round and health check starts from); answers left over from an earlier
-/// connection are drained.
+/// connection are drained, and only then may a target that sends of its own accord
+/// start (`Connected::start`): a drain would otherwise drop its first request.
 pub(crate) fn connect_fresh(
     target: &mut dyn Target,
     link: &Arc<dyn Link>,
@@ -133,7 +134,7 @@ pub(crate) fn connect_fresh(
         psn: random24(),
         gid: peer.gid(),
     };
-    let connected = target.connect(mine, needs)?;
+    let mut connected = target.connect(mine, needs)?;
     if ferroce::net::gid::addr_of(connected.gid) != addr.target_ip {
         return Err(format!(
             "the target's GID {} is not at {} (use the target's RoCE address)",
@@ -141,6 +142,9 @@ pub(crate) fn connect_fresh(
         ));
     }
     let _ = peer.drain();
+    if let Some(start) = connected.start.take() {
+        start();
+    }
     Ok((peer, connected))
 }
 

@@ -46,6 +46,9 @@ pub struct Connected {
     pub gid: Ipv6Addr,
     /// Ends the out-of-band side, if the program expects an ending.
     pub close: Option<Box<dyn FnOnce() + Send>>,
+    /// Starts what the target sends of its own accord, once the probe is ready to see it
+    /// (the in-process target's READs); programs reached out of band start by themselves.
+    pub start: Option<Box<dyn FnOnce() + Send>>,
 }
 
 impl std::fmt::Debug for Connected {
@@ -270,6 +273,7 @@ impl OobTarget {
                 },
                 gid: d.gid,
                 close: None,
+                start: None,
             });
         }
         let _ = stream.set_nodelay(true);
@@ -316,6 +320,7 @@ impl OobTarget {
             },
             gid: theirs.gid,
             close: Some(Box::new(close)),
+            start: None,
         })
     }
 }

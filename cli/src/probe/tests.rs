@@ -77,6 +77,46 @@ steps = [ { expect = "REQUEST", before_timer = true } ]
     );
 }
 
+/// The `reader` target sends of its own accord, as an ib_read_bw client does once
+/// connected; connecting drains the probe's queue, and must not drop its first READ. (CI
+/// once failed `target-read-implied-nak` so: the reader thread, started inside `connect`,
+/// sometimes sent before the drain; the probe then saw only the READ's retransmission
+/// after the ACK timer, and the target, rightly, started no second retry for the implied
+/// NAK while that one was under way.) Here `connect` lingers as a slow machine might.
+#[test]
+fn what_the_target_sends_while_connecting_reaches_the_case() {
+    use std::time::{Duration, Instant};
+    struct Eager(LocalTarget);
+    impl target::Target for Eager {
+        fn describe(&self) -> String {
+            "sends while connecting".into()
+        }
+        fn offers(&self) -> &[cases::Needs] {
+            self.0.offers()
+        }
+        fn connect(
+            &mut self,
+            mine: target::Mine,
+            needs: cases::Needs,
+        ) -> Result<target::Connected, String> {
+            let c = self.0.connect(mine, needs)?;
+            // Time for a READ posted inside `connect` to reach the wire before it returns.
+            std::thread::sleep(Duration::from_millis(100));
+            Ok(c)
+        }
+    }
+    let (t, link, addr) = LocalTarget::new().unwrap();
+    let mut t = Eager(t);
+    let (mut peer, connected) = connect_fresh(&mut t, &link, addr, cases::Needs::Reader).unwrap();
+    // Well before the target's ACK timer (268 ms) could send the READ a second time.
+    let deadline = Instant::now() + Duration::from_millis(connected.remote.timeout_ms / 2);
+    let first = peer.recv(deadline).unwrap();
+    assert!(
+        matches!(&first, Some(r) if r.opcode == ferroce_wire::Opcode::RC_RDMA_READ_REQUEST),
+        "the target's first READ did not reach the case: {first:?}"
+    );
+}
+
 fn one(text: &str) -> Vec<Case> {
     cases::parse(text, "test.toml").unwrap()
 }
