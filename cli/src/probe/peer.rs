@@ -295,46 +295,56 @@ impl Peer {
     /// are counted and logged.
     pub fn recv(&mut self, deadline: Instant) -> io::Result<Option<Reply>> {
         loop {
-            if let Some(n) = self.link.recv(&mut self.buf)? {
-                let at = Instant::now();
-                let frame = &self.buf[..n];
-                match Frame::parse(frame) {
-                    Ok(f) => {
-                        let from = ferroce::net::gid::addr_of(f.datagram.src_gid());
-                        let ib = f.ib();
-                        if from == self.addr.target_ip && ib.bth().dest_qp() == self.qpn {
-                            let reply = decode(&f, at);
-                            let frame = frame.to_vec();
-                            self.keep(Dir::In, frame);
-                            return Ok(Some(reply));
-                        }
-                    }
-                    Err(_) => {
-                        if frame_from(frame, self.addr.target_ip) {
-                            self.undecodable += 1;
-                            let frame = frame.to_vec();
-                            self.keep(Dir::In, frame);
-                        }
-                    }
-                }
+            match self.next_frame()? {
+                Some(Some(reply)) => return Ok(Some(reply)),
                 // Frames that are not answers do not extend the wait.
-                if Instant::now() >= deadline {
-                    return Ok(None);
-                }
-                continue;
+                Some(None) if Instant::now() < deadline => {}
+                Some(None) => return Ok(None),
+                None if Instant::now() < deadline => std::thread::sleep(Duration::from_micros(100)),
+                None => return Ok(None),
             }
-            if Instant::now() >= deadline {
-                return Ok(None);
-            }
-            std::thread::sleep(Duration::from_micros(100));
         }
     }
 
-    /// Drops what is queued (late answers of an earlier step), at most [`MAX_DRAIN`]
-    /// frames.
+    /// One frame from the link: `Some(Some(reply))` for a RoCE packet from the target to
+    /// the probe's QP (logged), `Some(None)` for any other frame (undecodable ones from the
+    /// target counted and logged), `None` when nothing is queued.
+    fn next_frame(&mut self) -> io::Result<Option<Option<Reply>>> {
+        let Some(n) = self.link.recv(&mut self.buf)? else {
+            return Ok(None);
+        };
+        let at = Instant::now();
+        let frame = &self.buf[..n];
+        match Frame::parse(frame) {
+            Ok(f) => {
+                let from = ferroce::net::gid::addr_of(f.datagram.src_gid());
+                let ib = f.ib();
+                if from == self.addr.target_ip && ib.bth().dest_qp() == self.qpn {
+                    let reply = decode(&f, at);
+                    let frame = frame.to_vec();
+                    self.keep(Dir::In, frame);
+                    return Ok(Some(Some(reply)));
+                }
+            }
+            Err(_) => {
+                if frame_from(frame, self.addr.target_ip) {
+                    self.undecodable += 1;
+                    let frame = frame.to_vec();
+                    self.keep(Dir::In, frame);
+                }
+            }
+        }
+        Ok(Some(None))
+    }
+
+    /// Drops every frame queued, at most [`MAX_DRAIN`]: late answers of an earlier step,
+    /// and frames for earlier connections' QPs. Those last can be many (a target program
+    /// of the last case that still resends its unanswered SEND while the next one starts),
+    /// and a receive ring they fill drops the new target's first answers, which are never
+    /// sent again. Returns how many were dropped.
     pub fn drain(&mut self) -> io::Result<usize> {
         let mut n = 0;
-        while n < MAX_DRAIN && self.recv(Instant::now())?.is_some() {
+        while n < MAX_DRAIN && self.next_frame()?.is_some() {
             n += 1;
         }
         Ok(n)
@@ -410,7 +420,9 @@ fn invalid(e: ferroce_wire::Error) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::VecDeque;
     use std::os::fd::RawFd;
+    use std::sync::Mutex;
 
     /// A link that always has one more frame queued, always the same one.
     struct Flood {
@@ -433,31 +445,80 @@ mod tests {
         }
     }
 
-    fn flood(from: IpAddr, answers: bool) -> (Peer, Peer) {
-        let addr = |ip: IpAddr, target_ip: IpAddr| Addressing {
+    fn addr(ip: IpAddr, target_ip: IpAddr) -> Addressing {
+        Addressing {
             mac: [2, 0, 0, 0, 0, 1],
             ip,
             target_mac: [2, 0, 0, 0, 0, 2],
             target_ip,
-        };
-        let probe: IpAddr = [10, 0, 0, 1].into();
-        let target: IpAddr = [10, 0, 0, 2].into();
-        // A frame the "target" sends to QP 0x42, built by a peer standing in for it.
+        }
+    }
+
+    const PROBE: [u8; 4] = [10, 0, 0, 1];
+    const TARGET: [u8; 4] = [10, 0, 0, 2];
+
+    /// A SEND that `from` sends to the probe's host for QP `qpn` (the probe's own QP is
+    /// 0x42 in these tests), built by a peer standing in for the sender.
+    fn frame_to(from: IpAddr, qpn: u32) -> Vec<u8> {
         let link: Arc<dyn Link> = Arc::new(Flood { frame: Vec::new() });
-        let mut sender = Peer::new(link, addr(from, probe), 0x99);
+        let mut sender = Peer::new(link, addr(from, PROBE.into()), 0x99);
         let bth = BthRepr {
             ack_req: false,
-            ..BthRepr::new(
-                Opcode::RC_SEND_ONLY,
-                if answers { 0x42 } else { 0x43 },
-                ferroce_wire::Psn::new(1),
-            )
+            ..BthRepr::new(Opcode::RC_SEND_ONLY, qpn, ferroce_wire::Psn::new(1))
         };
-        let frame = sender
+        sender
             .build(bth, ExtRepr::default(), &[0; 8], &Tweak::default())
-            .unwrap();
+            .unwrap()
+    }
+
+    /// A probe (QP 0x42) on a link that always has one more frame from `from` queued: to
+    /// the probe's QP if `answers`, to another QP of its host if not.
+    fn flood(from: IpAddr, answers: bool) -> Peer {
+        let frame = frame_to(from, if answers { 0x42 } else { 0x43 });
         let link: Arc<dyn Link> = Arc::new(Flood { frame });
-        (Peer::new(link, addr(probe, target), 0x42), sender)
+        Peer::new(link, addr(PROBE.into(), TARGET.into()), 0x42)
+    }
+
+    /// A link holding the frames queued on it, like a receive ring nobody read for a while.
+    struct Queue(Mutex<VecDeque<Vec<u8>>>);
+
+    impl Link for Queue {
+        fn mac(&self) -> [u8; 6] {
+            [2, 0, 0, 0, 0, 1]
+        }
+        fn send(&self, _frame: &[u8]) -> io::Result<bool> {
+            Ok(true)
+        }
+        fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+            Ok(self.0.lock().unwrap().pop_front().map(|f| {
+                buf[..f.len()].copy_from_slice(&f);
+                f.len()
+            }))
+        }
+        fn fd(&self) -> RawFd {
+            -1
+        }
+    }
+
+    /// Draining drops frames for other QPs too, not only late answers: the target
+    /// program of a case just ended may still be resending to the probe's last QP, and a
+    /// receive ring full of that drops the next target's first answers, never sent again.
+    #[test]
+    fn drain_empties_the_queue_of_frames_for_other_qps() {
+        let target: IpAddr = TARGET.into();
+        let mut queued: VecDeque<_> = (0..100).map(|_| frame_to(target, 0x43)).collect();
+        queued.push_back(frame_to(target, 0x42));
+        queued.extend((0..100).map(|_| frame_to(target, 0x44)));
+        let link = Arc::new(Queue(Mutex::new(queued)));
+        let mut p = Peer::new(link.clone(), addr(PROBE.into(), target), 0x42);
+        assert_eq!(p.drain().unwrap(), 201);
+        assert!(link.0.lock().unwrap().is_empty());
+        // What comes after the drain is the case's.
+        link.0.lock().unwrap().push_back(frame_to(target, 0x42));
+        assert!(p
+            .recv(Instant::now() + Duration::from_secs(1))
+            .unwrap()
+            .is_some());
     }
 
     /// A stream of frames that are not answers ends a wait at its deadline, and draining
@@ -468,11 +529,11 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let other: IpAddr = [10, 0, 0, 9].into();
-            let (mut p, _) = flood(other, false);
+            let mut p = flood(other, false);
             let t0 = Instant::now();
             let waited = p.recv(t0 + Duration::from_millis(20)).unwrap().is_none();
             let target: IpAddr = [10, 0, 0, 2].into();
-            let (mut p, _) = flood(target, true);
+            let mut p = flood(target, true);
             let drained = p.drain().unwrap();
             // The pcap log stops growing at its cap; the rest is counted.
             for _ in 0..MAX_LOG {
