@@ -28,6 +28,7 @@ if [ -n "$need" ]; then
 fi
 (cd "$root" && cargo build --release --quiet -p ferroce-cli --bin ferroce)
 F=${CARGO_TARGET_DIR:-$root/target}/release/ferroce
+. "$root/scripts/bench/lib.sh"   # row: the result row of a perftest table
 out=$root/target/bench/profile-$MTU-$SIZE; rm -rf "$out"; mkdir -p "$out"
 
 cleanup() { ip netns del qa 2>/dev/null || true; ip netns del qb 2>/dev/null || true; }
@@ -58,7 +59,7 @@ client=$!
 record tcp
 wait "$client"
 
-f_gbps=$(awk '/^ #bytes/ { t = 1; next } t && /^ [0-9]/ { print $4; exit }' "$out/client.txt")
+f_gbps=$(row "$out/client.txt" | awk '{ print $4 }')
 roce_mtu=$(sed -n 's/^ Mtu *: *\([0-9]*\).*/\1/p' "$out/client.txt")
 t_gbps=$(awk '/receiver/ { for (i = 1; i <= NF; i++) if ($i == "Gbits/sec") print $(i-1) }' "$out/tcp.txt")
 [ -n "$f_gbps" ] && [ -n "$t_gbps" ] && [ -n "$roce_mtu" ] \
