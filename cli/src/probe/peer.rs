@@ -424,12 +424,14 @@ mod tests {
     use std::os::fd::RawFd;
     use std::sync::Mutex;
 
-    /// A link that always has one more frame queued, always the same one.
-    struct Flood {
-        frame: Vec<u8>,
+    /// A link holding the frames queued on it (like a receive ring nobody read for a
+    /// while) and then, if `endless`, one more frame every time, always the same one.
+    struct Queued {
+        frames: Mutex<VecDeque<Vec<u8>>>,
+        endless: Option<Vec<u8>>,
     }
 
-    impl Link for Flood {
+    impl Link for Queued {
         fn mac(&self) -> [u8; 6] {
             [2, 0, 0, 0, 0, 1]
         }
@@ -437,11 +439,23 @@ mod tests {
             Ok(true)
         }
         fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-            buf[..self.frame.len()].copy_from_slice(&self.frame);
-            Ok(Some(self.frame.len()))
+            let queued = self.frames.lock().unwrap().pop_front();
+            Ok(queued.or_else(|| self.endless.clone()).map(|f| {
+                buf[..f.len()].copy_from_slice(&f);
+                f.len()
+            }))
         }
         fn fd(&self) -> RawFd {
             -1
+        }
+    }
+
+    impl Queued {
+        fn new(frames: VecDeque<Vec<u8>>, endless: Option<Vec<u8>>) -> Arc<Queued> {
+            Arc::new(Queued {
+                frames: Mutex::new(frames),
+                endless,
+            })
         }
     }
 
@@ -460,8 +474,11 @@ mod tests {
     /// A SEND that `from` sends to the probe's host for QP `qpn` (the probe's own QP is
     /// 0x42 in these tests), built by a peer standing in for the sender.
     fn frame_to(from: IpAddr, qpn: u32) -> Vec<u8> {
-        let link: Arc<dyn Link> = Arc::new(Flood { frame: Vec::new() });
-        let mut sender = Peer::new(link, addr(from, PROBE.into()), 0x99);
+        let mut sender = Peer::new(
+            Queued::new(VecDeque::new(), None),
+            addr(from, PROBE.into()),
+            0x99,
+        );
         let bth = BthRepr {
             ack_req: false,
             ..BthRepr::new(Opcode::RC_SEND_ONLY, qpn, ferroce_wire::Psn::new(1))
@@ -475,29 +492,8 @@ mod tests {
     /// the probe's QP if `answers`, to another QP of its host if not.
     fn flood(from: IpAddr, answers: bool) -> Peer {
         let frame = frame_to(from, if answers { 0x42 } else { 0x43 });
-        let link: Arc<dyn Link> = Arc::new(Flood { frame });
+        let link = Queued::new(VecDeque::new(), Some(frame));
         Peer::new(link, addr(PROBE.into(), TARGET.into()), 0x42)
-    }
-
-    /// A link holding the frames queued on it, like a receive ring nobody read for a while.
-    struct Queue(Mutex<VecDeque<Vec<u8>>>);
-
-    impl Link for Queue {
-        fn mac(&self) -> [u8; 6] {
-            [2, 0, 0, 0, 0, 1]
-        }
-        fn send(&self, _frame: &[u8]) -> io::Result<bool> {
-            Ok(true)
-        }
-        fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-            Ok(self.0.lock().unwrap().pop_front().map(|f| {
-                buf[..f.len()].copy_from_slice(&f);
-                f.len()
-            }))
-        }
-        fn fd(&self) -> RawFd {
-            -1
-        }
     }
 
     /// Draining drops frames for other QPs too, not only late answers: the target
@@ -509,12 +505,15 @@ mod tests {
         let mut queued: VecDeque<_> = (0..100).map(|_| frame_to(target, 0x43)).collect();
         queued.push_back(frame_to(target, 0x42));
         queued.extend((0..100).map(|_| frame_to(target, 0x44)));
-        let link = Arc::new(Queue(Mutex::new(queued)));
+        let link = Queued::new(queued, None);
         let mut p = Peer::new(link.clone(), addr(PROBE.into(), target), 0x42);
         assert_eq!(p.drain().unwrap(), 201);
-        assert!(link.0.lock().unwrap().is_empty());
+        assert!(link.frames.lock().unwrap().is_empty());
         // What comes after the drain is the case's.
-        link.0.lock().unwrap().push_back(frame_to(target, 0x42));
+        link.frames
+            .lock()
+            .unwrap()
+            .push_back(frame_to(target, 0x42));
         assert!(p
             .recv(Instant::now() + Duration::from_secs(1))
             .unwrap()
