@@ -7,7 +7,7 @@ use std::sync::Arc;
 use core::net::{IpAddr, Ipv6Addr};
 
 use ferroce_wire::{
-    icrc, BthRepr, Datagram, DatagramRepr, ExtRepr, IbRepr, IpRepr, Opcode, Psn, Service,
+    icrc, BthRepr, DatagramRepr, DatagramView, ExtRepr, IbRepr, IpRepr, Opcode, Psn, Service,
 };
 
 use crate::counters::Counters;
@@ -671,7 +671,7 @@ impl Endpoint {
     /// malformed, corrupted or unauthorized is counted and dropped or NAKed; nothing
     /// here panics or allocates per packet beyond bounded queues.
     pub fn handle_packet(&mut self, now: Instant, ip_packet: &[u8]) {
-        let dg = match Datagram::parse(ip_packet) {
+        let dg = match DatagramView::new_checked(ip_packet) {
             Ok(d) => d,
             Err(e) => {
                 // A flipped bit in the IB headers shows up as a parse error; report it as
@@ -722,12 +722,7 @@ impl Endpoint {
             self.handle_cnp(now, bth.dest_qp, src_gid);
             return;
         }
-        // The IP header ends 8 bytes (UDP) before the BTH.
-        let ib_offset = dg.ip_packet().len() - ib.as_bytes().len();
-        let ip_header = dg
-            .ip_packet()
-            .get(..ib_offset.saturating_sub(8))
-            .unwrap_or(&[]);
+        let ip_header = dg.ip_header();
         let Endpoint {
             qps,
             mrs,

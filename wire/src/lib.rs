@@ -48,8 +48,8 @@ pub use cnp::Repr as CnpRepr;
 pub use deth::Repr as DethRepr;
 pub use error::{Error, Layer, Result};
 pub use frame::{
-    finalize, split_link, Datagram, DatagramRepr, EthernetRepr, Frame, FrameRepr, IpHeader, IpRepr,
-    VlanTag, ROCE_V2_PORT,
+    finalize, split_link, Datagram, DatagramRepr, DatagramView, EthernetRepr, Frame, FrameRepr,
+    IpHeader, IpRepr, VlanTag, ROCE_V2_PORT,
 };
 pub use ieth::Repr as IethRepr;
 pub use immdt::Repr as ImmDtRepr;

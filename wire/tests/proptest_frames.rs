@@ -319,6 +319,34 @@ proptest! {
         }
     }
 
+    /// The receive path's in-place view (`DatagramView`) checks what the owned parse
+    /// checks, and reads the same addresses, ECN and IB packet, on damaged input too.
+    #[test]
+    fn the_view_and_the_owned_parse_agree(s in spec(600), edits in proptest::collection::vec((any::<proptest::sample::Index>(), any::<u8>()), 0..4), cut in any::<proptest::sample::Index>()) {
+        let mut bytes = s.bytes();
+        for (i, v) in edits {
+            let i = i.index(bytes.len());
+            bytes[i] = v;
+        }
+        let link = s.eth.header_len();
+        let n = link + cut.index(bytes.len() - link + 1);
+        let ip = &bytes[link..n];
+        match (DatagramView::new_checked(ip), Datagram::parse(ip)) {
+            (Ok(v), Ok(d)) => {
+                prop_assert_eq!(v.src_gid(), d.src_gid());
+                prop_assert_eq!(v.dst_gid(), d.dst_gid());
+                prop_assert_eq!(v.ecn(), d.ecn());
+                prop_assert_eq!(v.ip_packet(), d.ip_packet());
+                let (vib, dib) = (v.ib(), d.ib());
+                prop_assert_eq!(vib.as_bytes(), dib.as_bytes());
+                let udp = v.ip_packet().len() - vib.as_bytes().len() - 8;
+                prop_assert_eq!(v.ip_header(), &v.ip_packet()[..udp]);
+                prop_assert_eq!(v.verify_icrc(), d.verify_icrc());
+            }
+            (v, d) => prop_assert_eq!(v.err(), d.err()),
+        }
+    }
+
     #[test]
     fn every_covered_single_bit_flip_is_caught(s in spec(96)) {
         let bytes = s.bytes();

@@ -42,14 +42,14 @@ struct Layout {
 /// The IP and UDP layers are checked as every RoCE datagram's are (`frame::ip_udp`); a
 /// super-datagram must also end where its IP length says.
 fn layout(ip_packet: &[u8]) -> Result<Layout> {
-    let (ip, _, whole, ip_len) = crate::frame::ip_udp(ip_packet)?;
-    if whole.len() != ip_packet.len() {
+    let d = crate::frame::ip_udp(ip_packet)?;
+    if d.ip_packet.len() != ip_packet.len() {
         return Err(Error::BadIpLength);
     }
     Ok(Layout {
-        ip_len,
-        ipv6: matches!(ip, crate::IpHeader::V6(_)),
-        payload: whole.len() - ip_len - UDP_LEN,
+        ip_len: d.ip_len,
+        ipv6: matches!(d.ip, crate::frame::IpSlice::V6(_)),
+        payload: d.ip_packet.len() - d.ip_len - UDP_LEN,
     })
 }
 
