@@ -21,6 +21,8 @@ pub enum Error {
     Fragmented,
     /// The IP length fields disagree with the bytes present.
     BadIpLength,
+    /// The IPv4 header checksum is wrong (the ICRC does not cover it).
+    BadIpChecksum,
     /// The UDP length disagrees with the IP payload length.
     BadUdpLength,
     /// The UDP destination port is not 4791 (the port is given).
@@ -77,6 +79,7 @@ impl fmt::Display for Error {
             Error::NotUdp(p) => write!(f, "not UDP (IP protocol {p})"),
             Error::Fragmented => write!(f, "fragmented IPv4 packet"),
             Error::BadIpLength => write!(f, "IP length does not match the frame"),
+            Error::BadIpChecksum => write!(f, "IPv4 header checksum error"),
             Error::BadUdpLength => write!(f, "UDP length does not match the IP payload"),
             Error::NotRoce(p) => write!(f, "not RoCE v2 (UDP port {p})"),
             Error::BadVersion(v) => write!(f, "BTH transport version {v} is not 0"),

@@ -58,6 +58,7 @@ fn layout(ip_packet: &[u8]) -> Result<Layout> {
 pub struct Segments<'a> {
     whole: &'a [u8],
     layout: Layout,
+    sum: SegmentSum,
     gso_size: usize,
     next: usize,
 }
@@ -69,9 +70,11 @@ pub fn split(ip_packet: &[u8], gso_size: usize) -> Result<Segments<'_>> {
     if gso_size < MIN_SEGMENT || layout.payload == 0 {
         return Err(Error::BadUdpLength);
     }
+    let sum = SegmentSum::new(ip_packet, layout)?;
     Ok(Segments {
         whole: ip_packet,
         layout,
+        sum,
         gso_size,
         next: 0,
     })
@@ -105,7 +108,7 @@ impl Segments<'_> {
         let out = out.get_mut(..total)?;
         out[..headers].copy_from_slice(&self.whole[..headers]);
         out[headers..].copy_from_slice(&self.whole[headers + start..headers + start + len]);
-        finish_segment(out, self.layout, i);
+        finish_segment(out, self.layout, i, &self.sum);
         self.next += 1;
         Some(total)
     }
@@ -113,12 +116,50 @@ impl Segments<'_> {
 
 /// Gives segment `i` (the IP datagram `seg`, headers copied from the super-datagram) its
 /// own lengths and, for IPv4, its identification and header checksum.
-fn finish_segment(seg: &mut [u8], layout: Layout, i: usize) {
+fn finish_segment(seg: &mut [u8], layout: Layout, i: usize, sum: &SegmentSum) {
     set_lengths(seg, layout.ip_len, layout.ipv6, seg.len());
     if !layout.ipv6 {
         let id = u16::from_be_bytes([seg[4], seg[5]]).wrapping_add(i as u16);
         seg[4..6].copy_from_slice(&id.to_be_bytes());
-        crate::ipv4::fill_header_checksum(seg);
+        let c = sum.checksum(id, seg.len() as u16);
+        seg[10..12].copy_from_slice(&c.to_be_bytes());
+    }
+}
+
+/// The IPv4 header checksum of every segment, from one sum over the super-datagram's
+/// header: a segment's header differs from it only in the identification and the total
+/// length (RFC 1624's incremental update), so splitting sums 20 bytes once, not once per
+/// segment. IPv6 has no header checksum.
+#[derive(Debug, Clone, Copy)]
+struct SegmentSum(u32);
+
+impl SegmentSum {
+    /// Checks the super-datagram's own header checksum (a kernel would drop the datagram
+    /// for a wrong one, and the ICRC does not cover it) and sums the fields segments share.
+    fn new(ip_packet: &[u8], layout: Layout) -> Result<SegmentSum> {
+        if layout.ipv6 {
+            return Ok(SegmentSum(0));
+        }
+        let header = &ip_packet[..layout.ip_len];
+        if !crate::ipv4::header_checksum_ok(header) {
+            return Err(Error::BadIpChecksum);
+        }
+        let mut shared = [0u8; 60];
+        let shared = &mut shared[..layout.ip_len];
+        shared.copy_from_slice(header);
+        // Total length, identification and checksum are each segment's own.
+        shared[2..6].fill(0);
+        shared[10..12].fill(0);
+        Ok(SegmentSum(u32::from(crate::ipv4::sum(shared))))
+    }
+
+    /// The header checksum of a segment with identification `id` and total length `total`.
+    fn checksum(&self, id: u16, total: u16) -> u16 {
+        let mut s = self.0 + u32::from(id) + u32::from(total);
+        while s > 0xffff {
+            s = (s & 0xffff) + (s >> 16);
+        }
+        !(s as u16)
     }
 }
 
@@ -147,6 +188,7 @@ pub fn split_in_place(
     if gso_size < MIN_SEGMENT || layout.payload == 0 {
         return Err(Error::BadUdpLength);
     }
+    let sum = SegmentSum::new(&frame[link..], layout)?;
     let headers = link + layout.ip_len + UDP_LEN;
     let mut saved = [0u8; MAX_LINK_HEADER + 60 + UDP_LEN];
     saved[..headers].copy_from_slice(&frame[..headers]);
@@ -156,7 +198,7 @@ pub fn split_in_place(
         let len = gso_size.min(layout.payload - i * gso_size);
         let seg = &mut frame[start - headers..start + len];
         seg[..headers].copy_from_slice(&saved[..headers]);
-        finish_segment(&mut seg[link..], layout, i);
+        finish_segment(&mut seg[link..], layout, i, &sum);
         f(seg);
     }
     Ok(count)
@@ -587,6 +629,31 @@ pub(super) mod tests {
         assert!(split_in_place(&mut frame[..100].to_vec(), 14, gso, &mut count).is_err());
         assert!(split_in_place(&mut [0; 10], 14, gso, &mut count).is_err());
         assert_eq!(calls, 0);
+    }
+
+    #[test]
+    fn a_super_datagram_with_a_wrong_ipv4_checksum_is_refused_whole() {
+        // Its segments get checksums of their own, so nothing after the split would see
+        // that the header they came from was one the kernel drops.
+        let parts: Vec<Vec<u8>> = (0..3).map(|i| datagram(i, 512, i as u16, false)).collect();
+        let (mut whole, gso) = join(&parts);
+        whole[8] ^= 1; // TTL: covered by neither the ICRC nor the lengths
+        assert_eq!(split(&whole, gso).err(), Some(Error::BadIpChecksum));
+        let mut frame = vec![0; 14];
+        frame.extend_from_slice(&whole);
+        let mut calls = 0;
+        assert_eq!(
+            split_in_place(&mut frame, 14, gso, &mut |_| calls += 1),
+            Err(Error::BadIpChecksum)
+        );
+        assert_eq!(calls, 0);
+        // The TTL alone is no reason to refuse: with the checksum fixed, all three come.
+        crate::ipv4::fill_header_checksum(&mut frame[14..]);
+        assert_eq!(
+            split_in_place(&mut frame, 14, gso, &mut |_| calls += 1),
+            Ok(3)
+        );
+        assert_eq!(calls, 3);
     }
 
     /// Walks every segment of `bytes`, checking the bounds a hostile input must keep.
