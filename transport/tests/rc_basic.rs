@@ -84,3 +84,42 @@ fn rc_write_read_and_atomics() {
     let word = &sim.nodes[1].mr_bytes(rb.lkey).unwrap()[8000..8008];
     assert_eq!(u64::from_le_bytes(word.try_into().unwrap()), 77);
 }
+
+/// Retired WQEs' gather lists are reused by later posts: each message must still gather
+/// exactly its own SGEs, whatever list it was stored in (a longer one, an inline one).
+#[test]
+fn each_send_gathers_its_own_sges_whatever_list_it_reuses() {
+    let mut sim = Sim::new(5, 2, false);
+    let (a, b) = connect(&mut sim, 0, 1, &QpOpts::default());
+    let data = pattern(11, 3000);
+    let src = mr(&mut sim, a, data.clone());
+    let dst = mr(&mut sim, b, vec![0; 4 * 4096]);
+    // (SGEs as (offset, length) in `src`, inline?)
+    let messages: [(&[(u64, u32)], bool); 4] = [
+        (&[(0, 100), (500, 200), (1000, 300)], false),
+        (&[(2000, 50)], false),
+        (&[(2500, 40), (2600, 8)], true),
+        (&[(100, 7), (0, 5)], false),
+    ];
+    for (i, (sges, inline)) in messages.iter().enumerate() {
+        let slot = i as u64 * 4096;
+        post_recv(&mut sim, b, i as u64, vec![sge(&dst, slot, 4096)]);
+        let list = sges.iter().map(|&(off, len)| sge(&src, off, len)).collect();
+        let mut wr = send_wr(i as u64, WrOpcode::Send, list);
+        if *inline {
+            wr.flags |= ferroce_transport::SendFlags::INLINE;
+        }
+        sim.nodes[0].post_send(sim.now, a.qpn, &wr).unwrap();
+        // One at a time, so that each post finds the last one's list retired.
+        assert_ok(&wait_wcs(&mut sim, a, 1));
+        let wb = wait_wcs(&mut sim, b, 1);
+        assert_ok(&wb);
+        let want: Vec<u8> = sges
+            .iter()
+            .flat_map(|&(off, len)| data[off as usize..(off + u64::from(len)) as usize].to_vec())
+            .collect();
+        assert_eq!(wb[0].byte_len as usize, want.len(), "message {i}");
+        let got = &sim.nodes[1].mr_bytes(dst.lkey).unwrap()[slot as usize..][..want.len()];
+        assert_eq!(got, &want[..], "message {i}");
+    }
+}

@@ -89,10 +89,25 @@ impl Qp {
         } else {
             None
         };
-        let mut stored = wr.clone();
-        if inline || local {
-            stored.sg_list.clear();
+        let mut sg_list = self.take_sg_list();
+        if !(inline || local) {
+            sg_list.extend_from_slice(&wr.sg_list);
         }
+        // Every field but the gather list, which goes into a reused allocation.
+        let stored = SendWr {
+            wr_id: wr.wr_id,
+            opcode: wr.opcode,
+            sg_list,
+            flags: wr.flags,
+            imm_data: wr.imm_data,
+            invalidate_rkey: wr.invalidate_rkey,
+            remote_addr: wr.remote_addr,
+            rkey: wr.rkey,
+            compare_add: wr.compare_add,
+            swap: wr.swap,
+            ud: wr.ud,
+            bind_mw: wr.bind_mw,
+        };
         self.sq.push_back(SendWqe {
             wr: stored,
             inline: inline_bytes,
