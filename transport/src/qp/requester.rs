@@ -187,14 +187,20 @@ impl Qp {
             if self.state() == QpState::Sqd && !resending {
                 return None;
             }
-            let earlier_rd_atomic = self.earlier_rd_atomic(idx);
-            if wqe.wr.flags.contains(SendFlags::FENCE) && earlier_rd_atomic > 0 {
-                return None;
-            }
-            if op.is_read_or_atomic()
-                && earlier_rd_atomic >= usize::from(self.attr.max_rd_atomic.max(1))
-            {
-                return None;
+            // Only a fence and a READ or atomic wait for earlier ones: a plain WRITE or
+            // SEND skips the walk over the send queue (0.6% of all CPU of a 4 KiB WRITE
+            // stream, 128 WQEs deep, when every message walked it).
+            let fenced = wqe.wr.flags.contains(SendFlags::FENCE);
+            if fenced || op.is_read_or_atomic() {
+                let earlier_rd_atomic = self.earlier_rd_atomic(idx);
+                if fenced && earlier_rd_atomic > 0 {
+                    return None;
+                }
+                if op.is_read_or_atomic()
+                    && earlier_rd_atomic >= usize::from(self.attr.max_rd_atomic.max(1))
+                {
+                    return None;
+                }
             }
             let need = if op.is_read_or_atomic() {
                 Access::LOCAL_WRITE
