@@ -426,6 +426,14 @@ mod tests {
         whole[18..20].copy_from_slice(&[0, 0]);
         whole[38..40].copy_from_slice(&((total - 20) as u16).to_be_bytes());
         ferroce_wire::ipv4::fill_header_checksum(&mut whole[14..]);
+        // With a wrong IPv4 header checksum (its TTL changed after it was summed; the ICRC
+        // masks both), it is dropped whole: no segment is handed on with a checksum of
+        // its own that would hide it.
+        let mut bad = whole.clone();
+        bad[14 + 8] ^= 1;
+        let mut handed = 0;
+        let r = split_received(&mut bad, VnetHdr::NONE, &mut |_| handed += 1);
+        assert_eq!((r, handed), (Received::Malformed, 0));
         // As a packet socket before Linux 6.2 hands it over: no virtio-net header.
         let mut got = Vec::new();
         let r = split_received(&mut whole, VnetHdr::NONE, &mut |s| got.push(s.to_vec()));
