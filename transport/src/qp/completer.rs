@@ -9,7 +9,7 @@ use ferroce_wire::aeth::RNR_TIMER_US;
 use ferroce_wire::{NakCode, Operation, Position, Psn, Syndrome};
 
 use crate::qp::timers::Timer;
-use crate::qp::{ack_timeout, Ctx, Qp, Rx, MIN_SEND_WINDOW, SEND_WINDOW};
+use crate::qp::{ack_timeout, Ctx, Qp, Rx, MIN_SEND_WINDOW};
 use crate::verbs::{QpState, WcStatus, WrOpcode};
 
 use std::time::Duration;
@@ -28,10 +28,11 @@ pub(crate) struct Completer {
     /// A retry from `oldest_unacked_psn` is under way: later NAKs and gaps for it are
     /// ignored, so one loss causes one retry.
     started_retry: bool,
-    /// How far the send window is below [`SEND_WINDOW`] (0: the whole window). Each
-    /// go-back-N retry halves the window, down to [`MIN_SEND_WINDOW`]; every newly
-    /// acknowledged packet takes one back. Go-back-N resends everything sent after a
-    /// loss, so on a lossy path a full window costs up to 512 packets per lost one: in
+    /// How far the send window is below the whole one ([`Qp::full_window`]; 0: the
+    /// whole window). Each go-back-N retry halves the window, down to
+    /// [`MIN_SEND_WINDOW`]; every newly acknowledged packet takes one back. Go-back-N
+    /// resends everything sent after a loss, so on a lossy path a full window costs up to
+    /// a whole window of packets per lost one: with a fixed window of 512, in
     /// the simulator at 10 Gb/s and 1% loss, 64 KiB WRITEs sent 5.7 times their packets
     /// with the window fixed, 2.6 times with it halved (tests/send_window.rs).
     window_cut: u32,
@@ -58,15 +59,16 @@ impl Completer {
         self.window_cut = 0;
     }
 
-    /// Packets the requester may have in flight beyond the oldest unacknowledged one.
-    pub(super) fn send_window(&self) -> i32 {
-        SEND_WINDOW - self.window_cut as i32
+    /// Packets the requester may have in flight beyond the oldest unacknowledged one,
+    /// of a whole window of `full`.
+    pub(super) fn send_window(&self, full: i32) -> i32 {
+        (full - self.window_cut as i32).max(MIN_SEND_WINDOW)
     }
 
     /// A loss: half the window, but never below [`MIN_SEND_WINDOW`].
-    fn shrink_window(&mut self) {
-        let half = (self.send_window() / 2).max(MIN_SEND_WINDOW);
-        self.window_cut = (SEND_WINDOW - half) as u32;
+    fn shrink_window(&mut self, full: i32) {
+        let half = (self.send_window(full) / 2).max(MIN_SEND_WINDOW);
+        self.window_cut = (full - half).max(0) as u32;
     }
 
     /// Progress: the window regains one packet per newly acknowledged one.
@@ -212,10 +214,11 @@ impl Qp {
         self.comp.started_retry = true;
         // (Every advance of `oldest_unacked_psn` went through `on_progress`, which grew
         // the window already.)
-        self.comp.shrink_window();
+        let full = self.full_window();
+        self.comp.shrink_window(full);
         tracing::trace!(
             qpn = self.qpn,
-            window = self.comp.send_window(),
+            window = self.comp.send_window(full),
             "send window after a loss"
         );
         self.rewind_to(self.comp.oldest_unacked_psn);

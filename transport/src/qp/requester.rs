@@ -226,7 +226,8 @@ impl Qp {
             w.assigned = true;
         }
         if self.qp_type == QpType::Rc
-            && self.req.next_psn.distance(self.comp.oldest_unacked_psn()) >= self.comp.send_window()
+            && self.req.next_psn.distance(self.comp.oldest_unacked_psn())
+                >= self.comp.send_window(self.full_window())
         {
             return None;
         }
