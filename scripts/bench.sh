@@ -121,6 +121,7 @@ cpu_table() {
 
 if [ "$what" = pairs ]; then
   echo "[bench] natively: 1, 2 and 4 ferroce perf write-bw pairs at once on one veth pair"
+  . "$root/scripts/bench/lib.sh"   # veth_pair
   cleanup() { ip netns del pa 2>/dev/null; ip netns del pb 2>/dev/null; true; }
   cleanup; trap cleanup EXIT
   res=$out/pairs-results.txt; : >"$res"; mkdir -p "$out/pairs"
@@ -137,11 +138,7 @@ if [ "$what" = pairs ]; then
     if [ "$got" = "$1" ]; then echo "$total"; else echo FAILED; fi
   }
   for MTU in $MTUS; do
-    ip netns add pa; ip netns add pb
-    ip link add vpa mtu "$MTU" netns pa type veth peer name vpb mtu "$MTU" netns pb
-    ip -n pa addr add 10.79.0.1/24 dev vpa; ip -n pb addr add 10.79.0.2/24 dev vpb
-    for n in pa pb; do ip -n $n link set lo up; done
-    ip -n pa link set vpa up; ip -n pb link set vpb up
+    veth_pair pa pb "$MTU" 10.79.0
     for rep in $(seq 1 "$REPEAT"); do
       for cfg in 1 1+3 2 4; do
         # 1+3: one pair while three more processes per interface only hold their
@@ -240,11 +237,7 @@ if [ "$what" != vm ]; then
     OUT=$out/host D=$DURATION R=$REPEAT; mkdir -p "$OUT/logs"
     . "$root/scripts/bench/lib.sh"
     for MTU in $MTUS; do
-      ip netns add ba; ip netns add bb
-      ip link add vba mtu "$MTU" netns ba type veth peer name vbb mtu "$MTU" netns bb
-      ip -n ba addr add 10.78.0.1/24 dev vba; ip -n bb addr add 10.78.0.2/24 dev vbb
-      for n in ba bb; do ip -n $n link set lo up; done
-      ip -n ba link set vba up; ip -n bb link set vbb up
+      veth_pair ba bb "$MTU" 10.78.0
       bench "$MTU" ferroce-ferroce bb "ferroce vbb" ba "ferroce vba" 10.78.0.2
       # The same tests with Debian's perftest on ferroce's libibverbs: what the C ABI costs.
       if [ -f "$(dirname "$F")/libibverbs.so" ] && command -v ib_write_bw >/dev/null; then

@@ -25,17 +25,13 @@ for b in "$@"; do
   [ -x "$b" ] || { echo "scripts/bench/ab.sh: $b is not an executable ferroce binary" >&2; exit 2; }
 done
 [ "$(id -u)" = 0 ] || { echo "scripts/bench/ab.sh needs root (network namespaces); run it with sudo" >&2; exit 2; }
-. "$root/scripts/bench/lib.sh"   # row, cpu_busy
+. "$root/scripts/bench/lib.sh"   # row, cpu_busy, veth_pair
 out=""
 cleanup() { ip netns del aba 2>/dev/null || true; ip netns del abb 2>/dev/null || true; [ -z "$out" ] || rm -rf "$out"; }
 trap cleanup EXIT
 cleanup
 out=$(mktemp -d)
-ip netns add aba; ip netns add abb
-ip link add vaba mtu "$MTU" netns aba type veth peer name vabb mtu "$MTU" netns abb
-ip -n aba addr add 10.82.0.1/24 dev vaba; ip -n abb addr add 10.82.0.2/24 dev vabb
-for ns in aba abb; do ip -n $ns link set lo up; done
-ip -n aba link set vaba up; ip -n abb link set vabb up
+veth_pair aba abb "$MTU" 10.82.0
 sleep 1
 hz=$(getconf CLK_TCK)
 echo "| round | binary | Gb/s | CPU s per GB |"

@@ -2,6 +2,15 @@
 # Needs: F (ferroce binary), D (seconds per bandwidth run), R (runs of each), OUT (logs),
 # and wait_port PORT [NETNS].
 
+# veth_pair A B MTU NET: network namespaces A and B joined by one veth pair, vA in A with
+# NET.1/24 and vB in B with NET.2/24, MTU on both ends, every link up.
+veth_pair() {
+  ip netns add "$1"; ip netns add "$2"
+  ip link add "v$1" mtu "$3" netns "$1" type veth peer name "v$2" mtu "$3" netns "$2"
+  ip -n "$1" addr add "$4.1/24" dev "v$1"; ip -n "$2" addr add "$4.2/24" dev "v$2"
+  for ns in "$1" "$2"; do ip -n "$ns" link set lo up; ip -n "$ns" link set "v$ns" up; done
+}
+
 # The result row of a perftest table (ferroce prints the same tables).
 row() { awk '/^ #bytes/ { t = 1; next } t && /^ [0-9]/ { r = $0 } /^---/ && t { exit } END { print r }' "$1"; }
 result() {  # MTU TEST PAIR LOG KIND(bw|lat)

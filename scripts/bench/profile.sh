@@ -28,17 +28,13 @@ if [ -n "$need" ]; then
 fi
 (cd "$root" && cargo build --release --quiet -p ferroce-cli --bin ferroce)
 F=${CARGO_TARGET_DIR:-$root/target}/release/ferroce
-. "$root/scripts/bench/lib.sh"   # row: the result row of a perftest table
+. "$root/scripts/bench/lib.sh"   # row (a perftest table's result row), veth_pair
 out=$root/target/bench/profile-$MTU-$SIZE; rm -rf "$out"; mkdir -p "$out"
 
 cleanup() { ip netns del qa 2>/dev/null || true; ip netns del qb 2>/dev/null || true; }
 trap cleanup EXIT
 cleanup
-ip netns add qa; ip netns add qb
-ip link add vqa mtu "$MTU" netns qa type veth peer name vqb mtu "$MTU" netns qb
-ip -n qa addr add 10.81.0.1/24 dev vqa; ip -n qb addr add 10.81.0.2/24 dev vqb
-for ns in qa qb; do ip -n $ns link set lo up; done
-ip -n qa link set vqa up; ip -n qb link set vqb up
+veth_pair qa qb "$MTU" 10.81.0
 sleep 1
 
 # record NAME: 4 s of the whole machine, from 3 s into the run.
