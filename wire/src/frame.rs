@@ -30,10 +30,8 @@ pub struct Datagram<'a> {
     pub ip: IpHeader,
     /// The UDP header (destination port 4791).
     pub udp: UdpHeader,
-    /// From the first byte of the IP header to the end of the ICRC.
-    ip_packet: &'a [u8],
-    /// Offset of the BTH in `ip_packet`.
-    ib_offset: usize,
+    /// The same datagram read in place: its bytes and where the BTH starts.
+    view: DatagramView<'a>,
 }
 
 /// A parsed RoCE v2 Ethernet frame: link headers plus the datagram.
@@ -126,14 +124,7 @@ pub(crate) struct IpUdp<'a> {
     pub(crate) ip: IpSlice<'a>,
     pub(crate) ip_packet: &'a [u8],
     pub(crate) ip_len: usize,
-}
-
-impl IpUdp<'_> {
-    /// The UDP destination port (the header is known to be there).
-    fn udp_dst_port(&self) -> u16 {
-        let p = &self.ip_packet[self.ip_len + 2..self.ip_len + 4];
-        u16::from_be_bytes([p[0], p[1]])
-    }
+    pub(crate) udp_dst_port: u16,
 }
 
 /// The IP and UDP layers of a RoCE v2 datagram (or of a UDP GSO super-datagram): IPv4 or
@@ -183,6 +174,7 @@ pub(crate) fn ip_udp(bytes: &[u8]) -> Result<IpUdp<'_>> {
         ip,
         ip_packet,
         ip_len,
+        udp_dst_port: udp.destination_port(),
     })
 }
 
@@ -204,9 +196,8 @@ impl<'a> DatagramView<'a> {
     /// verified here.
     pub fn new_checked(bytes: &'a [u8]) -> Result<DatagramView<'a>> {
         let d = ip_udp(bytes)?;
-        let port = d.udp_dst_port();
-        if port != ROCE_V2_PORT {
-            return Err(Error::NotRoce(port));
+        if d.udp_dst_port != ROCE_V2_PORT {
+            return Err(Error::NotRoce(d.udp_dst_port));
         }
         let ib_offset = d.ip_len + UdpHeader::LEN;
         packet::Packet::new_checked(&d.ip_packet[ib_offset..])?;
@@ -275,27 +266,22 @@ impl<'a> Datagram<'a> {
         let udp = UdpHeaderSlice::from_slice(&view.ip_packet[udp_at..])
             .map_err(|_| Error::Truncated(Layer::Udp))?
             .to_header();
-        Ok(Datagram {
-            ip,
-            udp,
-            ip_packet: view.ip_packet,
-            ib_offset: view.ib_offset,
-        })
+        Ok(Datagram { ip, udp, view })
     }
 
     /// The IB transport packet (BTH through ICRC).
     pub fn ib(&self) -> packet::Packet<&'a [u8]> {
-        packet::Packet::new_unchecked(&self.ip_packet[self.ib_offset..])
+        self.view.ib()
     }
 
     /// The IP packet: IP header through ICRC.
     pub fn ip_packet(&self) -> &'a [u8] {
-        self.ip_packet
+        self.view.ip_packet()
     }
 
     /// Checks the ICRC trailer.
     pub fn verify_icrc(&self) -> Result<()> {
-        icrc::verify(self.ip_packet)
+        self.view.verify_icrc()
     }
 
     /// True when the ICRC trailer is correct.
