@@ -4,9 +4,8 @@
 use core::net::{Ipv4Addr, Ipv6Addr};
 
 use etherparse::{
-    EtherType, Ethernet2Header, IpDscp, IpEcn, IpFragOffset, IpNumber, Ipv4Header, Ipv4HeaderSlice,
-    Ipv6FlowLabel, Ipv6Header, Ipv6HeaderSlice, SingleVlanHeader, UdpHeader, UdpHeaderSlice,
-    VlanId, VlanPcp,
+    EtherType, Ethernet2Header, IpNumber, Ipv4Header, Ipv4HeaderSlice, Ipv6FlowLabel, Ipv6Header,
+    Ipv6HeaderSlice, SingleVlanHeader, UdpHeader, UdpHeaderSlice, VlanId, VlanPcp,
 };
 
 use crate::{icrc, packet, Error, Layer, Result};
@@ -481,10 +480,19 @@ impl<'a> DatagramRepr<'a> {
     /// packet itself (straight from registered memory) add the lower layers and then call
     /// [`finalize`].
     pub fn emit_ip_udp(&self, buf: &mut [u8], ib_len: usize) -> Result<()> {
-        let mut w = &mut buf[..];
-        let io = |_| Error::BufferTooSmall;
         let udp_len = UdpHeader::LEN + ib_len;
-        match self.ip {
+        let udp = UdpHeader {
+            source_port: self.src_port,
+            destination_port: ROCE_V2_PORT,
+            length: u16::try_from(udp_len).map_err(|_| Error::BufferTooSmall)?,
+            checksum: 0,
+        };
+        // Every packet sent needs these 28 bytes. Through etherparse's `io::Write` path
+        // and its field-by-field checksum they cost 5% of the engine benchmark's time
+        // (and 4% more through its byte array): so the IPv4 header is put together here,
+        // checked against etherparse's parse in the tests, with the RFC 791 sum of
+        // `ipv4::sum`.
+        let ip_len = match self.ip {
             IpRepr::V4 {
                 src,
                 dst,
@@ -494,23 +502,38 @@ impl<'a> DatagramRepr<'a> {
                 identification,
                 dont_fragment,
             } => {
-                let total = Ipv4Header::MIN_LEN + udp_len;
-                let h = Ipv4Header {
-                    dscp: IpDscp::try_new(dscp & 0x3f).map_err(|_| Error::HeaderMismatch)?,
-                    ecn: IpEcn::try_new(ecn & 3).map_err(|_| Error::HeaderMismatch)?,
-                    total_len: u16::try_from(total).map_err(|_| Error::BufferTooSmall)?,
-                    identification,
-                    dont_fragment,
-                    more_fragments: false,
-                    fragment_offset: IpFragOffset::ZERO,
-                    time_to_live: ttl,
-                    protocol: IpNumber::UDP,
-                    header_checksum: 0,
-                    source: src.octets(),
-                    destination: dst.octets(),
-                    options: Default::default(),
-                };
-                h.write(&mut w).map_err(io)?;
+                let total = u16::try_from(Ipv4Header::MIN_LEN + udp_len)
+                    .map_err(|_| Error::BufferTooSmall)?;
+                let [t0, t1] = total.to_be_bytes();
+                let [i0, i1] = identification.to_be_bytes();
+                let [s0, s1, s2, s3] = src.octets();
+                let [d0, d1, d2, d3] = dst.octets();
+                let flags = if dont_fragment { 0x40 } else { 0 };
+                let mut b = [
+                    0x45, // version 4, IHL 5 (no options)
+                    (dscp & 0x3f) << 2 | (ecn & 3),
+                    t0,
+                    t1,
+                    i0,
+                    i1,
+                    flags, // fragment offset 0
+                    0,
+                    ttl,
+                    IpNumber::UDP.0,
+                    0, // checksum, below
+                    0,
+                    s0,
+                    s1,
+                    s2,
+                    s3,
+                    d0,
+                    d1,
+                    d2,
+                    d3,
+                ];
+                let checksum = !crate::ipv4::sum(&b);
+                b[10..12].copy_from_slice(&checksum.to_be_bytes());
+                copy_into(buf, 0, &b)?
             }
             IpRepr::V6 {
                 src,
@@ -529,18 +552,21 @@ impl<'a> DatagramRepr<'a> {
                     source: src.octets(),
                     destination: dst.octets(),
                 };
-                h.write(&mut w).map_err(io)?;
+                copy_into(buf, 0, &h.to_bytes())?
             }
-        }
-        let udp = UdpHeader {
-            source_port: self.src_port,
-            destination_port: ROCE_V2_PORT,
-            length: u16::try_from(udp_len).map_err(|_| Error::BufferTooSmall)?,
-            checksum: 0,
         };
-        udp.write(&mut w).map_err(io)?;
+        copy_into(buf, ip_len, &udp.to_bytes())?;
         Ok(())
     }
+}
+
+/// Copies `bytes` into `buf` at `at`; returns the offset after them.
+fn copy_into(buf: &mut [u8], at: usize, bytes: &[u8]) -> Result<usize> {
+    let end = at + bytes.len();
+    buf.get_mut(at..end)
+        .ok_or(Error::BufferTooSmall)?
+        .copy_from_slice(bytes);
+    Ok(end)
 }
 
 impl EthernetRepr {

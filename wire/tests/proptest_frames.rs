@@ -290,6 +290,54 @@ proptest! {
     }
 
     #[test]
+    fn the_ip_and_udp_headers_are_the_ones_etherparse_writes(s in spec(64)) {
+        // The emitter writes these headers itself (a per-packet cost): they must be,
+        // byte for byte, etherparse's for the same fields, checksum included.
+        let bytes = s.bytes();
+        let l2 = s.eth.header_len();
+        let ib_len = s.repr().datagram.ib.buffer_len();
+        let udp_len = 8 + ib_len;
+        let mut want = Vec::new();
+        let ip_len = match s.ip {
+            IpRepr::V4 { src, dst, dscp, ecn, ttl, identification, dont_fragment } => {
+                let h = etherparse::Ipv4Header {
+                    dscp: etherparse::IpDscp::try_new(dscp).unwrap(),
+                    ecn: etherparse::IpEcn::try_new(ecn).unwrap(),
+                    total_len: (20 + udp_len) as u16,
+                    identification,
+                    dont_fragment,
+                    more_fragments: false,
+                    fragment_offset: etherparse::IpFragOffset::ZERO,
+                    time_to_live: ttl,
+                    protocol: etherparse::IpNumber::UDP,
+                    header_checksum: 0,
+                    source: src.octets(),
+                    destination: dst.octets(),
+                    options: Default::default(),
+                };
+                h.write(&mut want).unwrap();
+                prop_assert!(ferroce_wire::ipv4::header_checksum_ok(&bytes[l2..]));
+                20
+            }
+            IpRepr::V6 { .. } => {
+                want.extend_from_slice(&bytes[l2..l2 + 40]);
+                40
+            }
+        };
+        etherparse::UdpHeader {
+            source_port: s.src_port,
+            destination_port: 4791,
+            length: udp_len as u16,
+            checksum: 0,
+        }
+        .write(&mut want)
+        .unwrap();
+        // IPv6 requires a UDP checksum, which `finalize` fills in after the ICRC.
+        let compared = if ip_len == 20 { 8 } else { 6 };
+        prop_assert_eq!(&bytes[l2..l2 + ip_len + compared], &want[..ip_len + compared]);
+    }
+
+    #[test]
     fn truncation_is_an_error_never_a_panic(s in spec(600), cut in any::<proptest::sample::Index>()) {
         let bytes = s.bytes();
         let n = cut.index(bytes.len());
