@@ -60,6 +60,46 @@ pub(crate) fn write_ib<E>(
         return Ok(None);
     };
     fill(&mut buf[hl..hl + payload_len])?;
-    buf[hl + payload_len..total].fill(0);
+    // Zero pad (0 to 3 bytes) and ICRC room: 4 to 7 bytes, covered by two overlapping
+    // 4-byte stores. A `fill` of a length known only at run time is a call to memset for
+    // every packet (2% of the engine benchmark's time).
+    let tail = &mut buf[hl + payload_len..total];
+    let n = tail.len();
+    tail[..ICRC_LEN].copy_from_slice(&[0; ICRC_LEN]);
+    tail[n - ICRC_LEN..].copy_from_slice(&[0; ICRC_LEN]);
     Ok(Some(total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferroce_wire::{opcode::Opcode, Psn};
+
+    #[test]
+    fn pad_and_icrc_room_are_zero_whatever_the_buffer_held() {
+        // Transmit buffers are reused: bytes the packet does not set would carry an
+        // earlier packet's data onto the wire.
+        for payload_len in 0..=8 {
+            let mut buf = [0xa5u8; 64];
+            let bth = BthRepr::new(Opcode::RC_SEND_ONLY, 0x11, Psn::new(1));
+            let total = write_ib(&mut buf, bth, ExtRepr::default(), payload_len, |p| {
+                p.fill(1);
+                Ok::<(), ()>(())
+            })
+            .unwrap()
+            .unwrap();
+            let pad = usize::from(pad_for(payload_len));
+            assert_eq!(total, 12 + payload_len + pad + ICRC_LEN);
+            assert!(buf[12..12 + payload_len].iter().all(|&b| b == 1));
+            assert!(
+                buf[12 + payload_len..total].iter().all(|&b| b == 0),
+                "{payload_len}-byte payload: {:?}",
+                &buf[12 + payload_len..total]
+            );
+            assert!(
+                buf[total..].iter().all(|&b| b == 0xa5),
+                "nothing past the packet"
+            );
+        }
+    }
 }
