@@ -582,8 +582,6 @@ impl EthernetRepr {
 
     /// Writes the link header for a datagram of the given IP version into `buf`.
     pub fn emit(&self, buf: &mut [u8], ipv6: bool) -> Result<()> {
-        let mut w = &mut buf[..];
-        let io = |_| Error::BufferTooSmall;
         let ip_ether = if ipv6 {
             EtherType::IPV6
         } else {
@@ -598,7 +596,8 @@ impl EthernetRepr {
                 ip_ether
             },
         };
-        eth.write(&mut w).map_err(io)?;
+        // Byte arrays copied in, not etherparse's `io::Write` path: once per packet sent.
+        let at = copy_into(buf, 0, &eth.to_bytes())?;
         if let Some(v) = self.vlan {
             let tag = SingleVlanHeader {
                 pcp: VlanPcp::try_new(v.pcp & 7).map_err(|_| Error::HeaderMismatch)?,
@@ -606,7 +605,7 @@ impl EthernetRepr {
                 vlan_id: VlanId::try_new(v.vid & 0xfff).map_err(|_| Error::HeaderMismatch)?,
                 ether_type: ip_ether,
             };
-            tag.write(&mut w).map_err(io)?;
+            copy_into(buf, at, &tag.to_bytes())?;
         }
         Ok(())
     }
