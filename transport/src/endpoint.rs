@@ -44,6 +44,9 @@ pub const MAX_INLINE: u32 = 512;
 pub const MAX_CQE: usize = 1 << 20;
 /// TTL / hop limit of every packet (the kernel's RoCE v2 default).
 pub const HOP_LIMIT: u8 = 64;
+/// Datagrams one QP may send in a row while others wait (see
+/// [`Endpoint::poll_transmit`]): as many as a super-packet holds.
+const TX_BURST: u32 = 64;
 
 /// Device configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,6 +105,9 @@ pub struct Endpoint {
     random: Random,
     /// Round-robin cursor: the QP number to try first.
     rr: u32,
+    /// The QP that sent the last datagram and how many it has sent in a row: it keeps
+    /// the turn for up to [`TX_BURST`] (see [`Endpoint::poll_transmit`]).
+    burst: Option<(u32, u32)>,
     /// The QP numbers this endpoint may hand out.
     qpn_space: QpnSpace,
     ip_id: u16,
@@ -160,6 +166,7 @@ impl Endpoint {
             events: Vec::new(),
             dcqcn: DcqcnConfig::default(),
             rr: 0,
+            burst: None,
             qpn_space: QpnSpace::Any,
             ip_id: 0,
         }
@@ -820,8 +827,14 @@ impl Endpoint {
     }
 
     /// Writes the next datagram to send into `buf` (which must hold
-    /// [`MAX_DATAGRAM_LEN`] bytes), serving QPs round-robin; responder packets of a QP
-    /// go before its requests.
+    /// [`MAX_DATAGRAM_LEN`] bytes), serving QPs round-robin in turns of up to
+    /// [`TX_BURST`] datagrams; responder packets of a QP go before its requests.
+    ///
+    /// Why turns and not one datagram each: the link joins consecutive packets of one
+    /// QP into a super-packet, and packets of two busy QPs taken in alternation never
+    /// are consecutive. Each then crossed the kernel alone: 64 KiB WRITEs on two QPs ran
+    /// at 5.6-6.8 Gb/s against 14.7-15.2 on one (`ferroce perf write-bw -q 2`, veth MTU
+    /// 1500). rxe's requester, too, runs one QP's send queue until it stops.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         if buf.len() < MAX_DATAGRAM_LEN {
             self.counters.tx_buf_too_small += 1;
@@ -848,6 +861,16 @@ impl Endpoint {
             now,
         };
         let (gids, split) = (&config.local_gids[..], config.split_writes);
+        // The QP whose turn it is first, while its turn lasts.
+        if let Some((qpn, n)) = self.burst.filter(|&(_, n)| n < TX_BURST) {
+            if let Some(m) = qps
+                .get_mut(&qpn)
+                .and_then(|qp| qp.transmit(&mut ctx, gids, split, dcqcn, buf))
+            {
+                self.burst = Some((qpn, n + 1));
+                return self.finish_datagram(qpn, m, buf);
+            }
+        }
         let start = *rr;
         let mut sent = None;
         for (&qpn, qp) in qps.range_mut(start..) {
@@ -864,8 +887,12 @@ impl Endpoint {
                 }
             }
         }
-        let (qpn, meta) = sent?;
+        let Some((qpn, meta)) = sent else {
+            self.burst = None;
+            return None;
+        };
         *rr = qpn.wrapping_add(1);
+        self.burst = Some((qpn, 1));
         self.finish_datagram(qpn, meta, buf)
     }
 
