@@ -15,7 +15,7 @@
 #         iperf3 on the same pair (and rxe <-> rxe when this kernel has it).
 #
 # Tests: RDMA WRITE bandwidth at 64 KiB and 4 KiB (`ib_write_bw` / `ferroce perf write-bw`,
-# -D $DURATION s, default 8) and 2-byte WRITE latency (`ib_write_lat` / `ferroce perf
+# -D $DURATION s, default 8), at 64 KiB on 4 QPs too (-q 4), and 2-byte WRITE latency (`ib_write_lat` / `ferroce perf
 # write-lat`, 2000 iterations, typical = median). Prints a table per place with ratios:
 # ferroce<->ferroce over rxe<->rxe and over the kernel for bandwidth, rxe over ferroce for
 # latency (so > 1 is ferroce ahead everywhere). "kernel" is TCP (iperf3) beside bandwidth
@@ -69,7 +69,7 @@ table() {
     END {
       printf "| %-5s | %-20s | %-10s | %-13s | %-13s | %-16s | %-16s | %-16s | %-10s | %-15s | %-15s | %-16s | %-16s |\n", "MTU", "test", "rxe<->rxe", "ferroce<->rxe", "(udp)<->rxe", "ferroce<->ferroce", "(udp)<->(udp)", "perftest on lib", "kernel", "ferroce / rxe", "(udp) / rxe", "ferroce / kernel", "lib / ferroce"
       print "|-------|----------------------|------------|---------------|---------------|------------------|------------------|------------------|------------|-----------------|-----------------|------------------|------------------|"
-      nt = split("write_bw-65536 write_bw-4096 write_lat-2", order, " ")
+      nt = split("write_bw-65536 write_bw-4096 write_bw-65536-q4 write_lat-2", order, " ")
       for (m in mtus) for (i = 1; i <= nt; i++) {
         t = order[i]; if (!(t in tests)) continue
         rr = median(m " " t " rxe-rxe"); fr = median(m " " t " ferroce-rxe"); ff = median(m " " t " ferroce-ferroce")
@@ -81,7 +81,7 @@ table() {
         if (rr != "") rr = sprintf("%.3g", rr); if (fr != "") fr = sprintf("%.3g", fr); if (ff != "") ff = sprintf("%.3g", ff); if (tcp != "") tcp = sprintf("%.3g", tcp)
         if (cc != "") cc = sprintf("%.3g", cc)
         lat = (t ~ /lat/)
-        name = (t == "write_bw-65536") ? "WRITE 64 KiB, Gb/s" : (t == "write_bw-4096") ? "WRITE 4 KiB, Gb/s" : "WRITE 2 B, us typ."
+        name = (t == "write_bw-65536") ? "WRITE 64 KiB, Gb/s" : (t == "write_bw-4096") ? "WRITE 4 KiB, Gb/s" : (t == "write_bw-65536-q4") ? "64 KiB on 4 QPs, Gb/s" : "WRITE 2 B, us typ."
         printf "| %-5s | %-20s | %-10s | %-13s | %-13s | %-16s | %-16s | %-16s | %-10s | %-15s | %-15s | %-16s | %-16s |\n", m, name, f(rr), f(fr), f(fu), f(ff), f(uu), f(cc),
           f(tcp), ratio(lat ? rr : ff, lat ? ff : rr), ratio(lat ? rr : uu, lat ? uu : rr), ratio(lat ? tcp : ff, lat ? ff : tcp), ratio(lat ? ff : cc, lat ? cc : ff)
       }

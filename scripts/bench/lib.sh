@@ -25,12 +25,16 @@ result() {  # MTU TEST PAIR LOG KIND(bw|lat)
 #   runs perftest on ferroce's libibverbs (ferroce exec).
 bench() {
   local mtu=$1 pair=$2 sn=$3 st=$4 cn=$5 ct=$6 addr=$7 t c0
-  for t in "write_bw 65536 bw" "write_bw 4096 bw" "write_lat 2 lat"; do
+  # TOOL SIZE KIND [QPS]: 64 KiB WRITEs on 4 QPs too (-q 4, as MPI and NCCL spread
+  # traffic), where packets of several QPs share one link.
+  for t in "write_bw 65536 bw" "write_bw 4096 bw" "write_bw 65536 bw 4" "write_lat 2 lat"; do
     set -- $t
-    local tool=$1 size=$2 kind=$3 flags attempt rep log
+    local tool=$1 size=$2 kind=$3 qps=${4:-} flags attempt rep log test
     if [ "$kind" = bw ]; then flags="-s $size -D $D -F --report_gbits"; else flags="-s $size -n 2000 -F"; fi
+    test=$tool-$size
+    if [ -n "$qps" ]; then flags="$flags -q $qps"; test=$test-q$qps; fi
     for rep in $(seq 1 "$R"); do
-    log=$OUT/logs/$mtu-$pair-$tool-$size-$rep
+    log=$OUT/logs/$mtu-$pair-$test-$rep
     # perftest calibrates its clock against /proc/cpuinfo; under TCG that sometimes fails
     # and it reports zeros: such a run goes once more.
     for attempt in 1 2; do
@@ -43,8 +47,8 @@ bench() {
       wait $pid
       grep -q "Correlation coefficient" "$log.client" "$log.server" || break
     done
-    result "$mtu" "$tool-$size" "$pair" "$log.client" "$kind"
-    [ "$kind" = bw ] && cpu_per_gb "$mtu" "$tool-$size" "$pair" "$log.cpu" "$(row "$log.client" | awk '{ print $4 }')"
+    result "$mtu" "$test" "$pair" "$log.client" "$kind"
+    [ "$kind" = bw ] && cpu_per_gb "$mtu" "$test" "$pair" "$log.cpu" "$(row "$log.client" | awk '{ print $4 }')"
     done
   done
 }
