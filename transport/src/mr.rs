@@ -5,6 +5,7 @@
 //! touches goes through [`MrTable::check`]: key, protection domain, bounds (overflow-safe),
 //! access right and, for atomics, 8-byte alignment. There is no other way in.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
@@ -166,6 +167,8 @@ pub struct MrTable {
     /// Key to slot. Keys are random 32-bit values (nonzero, unique among live regions):
     /// a peer cannot derive one from another or from the order of registration.
     keys: HashMap<u32, usize, BuildHasherDefault<KeyHasher>>,
+    /// The key and slot [`MrTable::slot_of`] found last (a hint, checked on every use).
+    last: Cell<(u32, usize)>,
     pds: Vec<bool>,
     /// Memory windows by index (their R_Key without its low 8 bits, which a bind
     /// changes). No region key shares its upper 24 bits with a live window's index, so
@@ -257,7 +260,24 @@ impl MrTable {
     }
 
     fn slot_of(&self, key: u32) -> Option<usize> {
-        self.keys.get(&key).copied()
+        // Most lookups repeat the last key (every packet of a message names the same
+        // region): its slot is taken again if that slot still holds a region with this
+        // key. Keys are unique among live regions and a region's key never changes, so
+        // that is the slot the map would give; a stale entry (region gone, slot reused)
+        // fails the comparison and falls through to the map.
+        let (last_key, last_slot) = self.last.get();
+        if last_key == key
+            && self
+                .slots
+                .get(last_slot)
+                .and_then(Option::as_ref)
+                .is_some_and(|m| m.key == key)
+        {
+            return Some(last_slot);
+        }
+        let slot = self.keys.get(&key).copied()?;
+        self.last.set((key, slot));
+        Some(slot)
     }
 
     fn get(&self, key: u32) -> Option<&Mr> {
@@ -565,6 +585,50 @@ mod tests {
             )
             .unwrap();
         (t, pd, info)
+    }
+
+    #[test]
+    fn a_deregistered_key_stays_refused_when_its_slot_holds_a_new_region() {
+        // The last key looked up is a hint for the next lookup; after deregistration,
+        // with the slot handed to another region, the old key must not reach the new
+        // region's memory.
+        let (mut t, pd, old) = table();
+        let local = KeyKind::Local;
+        let c = t
+            .check(old.lkey, local, pd, 0x1000, 8, Access::empty())
+            .unwrap();
+        assert!(t.deregister(old.lkey).is_some());
+        let new = t
+            .register(
+                pd,
+                owned(vec![7u8; 64]),
+                Some(0x1000),
+                Access::LOCAL_WRITE,
+                &mut Random::seeded(2),
+            )
+            .unwrap();
+        assert_ne!(new.lkey, old.lkey);
+        // The hint still names the old key and the (reused) slot.
+        assert_eq!(
+            t.check(old.lkey, local, pd, 0x1000, 8, Access::empty())
+                .err(),
+            Some(MrError::InvalidKey(old.lkey))
+        );
+        let reused = t
+            .check(new.lkey, local, pd, 0x1000, 8, Access::empty())
+            .unwrap();
+        assert_eq!(
+            reused.slot, c.slot,
+            "the slot is reused (what this test is about)"
+        );
+        let mut out = [0u8; 8];
+        assert!(t
+            .read(old.lkey, local, pd, 0x1000, Access::empty(), &mut out)
+            .is_err());
+        assert!(t
+            .read(new.lkey, local, pd, 0x1000, Access::empty(), &mut out)
+            .is_ok());
+        assert_eq!(out, [7; 8]);
     }
 
     #[test]
