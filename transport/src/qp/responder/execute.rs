@@ -172,7 +172,16 @@ impl Qp {
                 ctx.counters.rx_dma_len_too_long += 1;
                 return Err(INVALID_REQUEST);
             }
-            self.check_rkey(ctx, reth.rkey, reth.va, reth.dma_len, Access::REMOTE_WRITE)?;
+            // A WRITE ONLY carrying its whole DMA length and no immediate is checked
+            // once, where its payload is written below: same key, range and right, and
+            // no other refusal can come first. (Split WRITEs make every packet such a
+            // WRITE ONLY, and this was a second region lookup for each.)
+            let written_whole = pos == Position::Only
+                && rx.ext.immdt.is_none()
+                && rx.payload.len() as u64 == u64::from(reth.dma_len);
+            if !written_whole {
+                self.check_rkey(ctx, reth.rkey, reth.va, reth.dma_len, Access::REMOTE_WRITE)?;
+            }
             self.resp.cur = Some(InMsg::Write {
                 va: reth.va,
                 rkey: reth.rkey,
@@ -208,7 +217,10 @@ impl Qp {
                     Access::REMOTE_WRITE,
                     rx.payload,
                 )
-                .map_err(|_| Refuse::Nak(NakCode::RemoteAccessError, None))?;
+                .map_err(|e| {
+                    tracing::debug!(qpn = self.qpn, %e, "remote write refused");
+                    Refuse::Nak(NakCode::RemoteAccessError, None)
+                })?;
         }
         if let Some(InMsg::Write { resid, .. }) = &mut self.resp.cur {
             *resid -= n;
