@@ -102,6 +102,11 @@ pub enum Position {
     Only,
 }
 
+impl Position {
+    /// Every position, in declaration (discriminant) order.
+    pub const ALL: [Position; 4] = [Self::First, Self::Middle, Self::Last, Self::Only];
+}
+
 /// The transport service an opcode belongs to (the top three bits of the opcode).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Service {
@@ -113,6 +118,11 @@ pub enum Service {
     Ud,
     /// RoCE v2 congestion notification.
     Cnp,
+}
+
+impl Service {
+    /// Every service, in declaration (discriminant) order.
+    pub const ALL: [Service; 4] = [Self::Rc, Self::Uc, Self::Ud, Self::Cnp];
 }
 
 /// The operation an opcode performs, independent of position and service.
@@ -136,6 +146,21 @@ pub enum Operation {
     FetchAdd,
     /// RoCE v2 congestion notification packet.
     Cnp,
+}
+
+impl Operation {
+    /// Every operation, in declaration (discriminant) order.
+    pub const ALL: [Operation; 9] = [
+        Self::Send,
+        Self::RdmaWrite,
+        Self::RdmaReadRequest,
+        Self::RdmaReadResponse,
+        Self::Acknowledge,
+        Self::AtomicAcknowledge,
+        Self::CompareSwap,
+        Self::FetchAdd,
+        Self::Cnp,
+    ];
 }
 
 /// Everything the table knows about one opcode.
@@ -255,9 +280,9 @@ const fn meaning(
     ((op * POSITIONS + position as usize) * 2 + immediate as usize) * 2 + invalidate as usize
 }
 
-const SERVICES: usize = Service::Cnp as usize + 1;
-const OPERATIONS: usize = Operation::Cnp as usize + 1;
-const POSITIONS: usize = Position::Only as usize + 1;
+const SERVICES: usize = Service::ALL.len();
+const OPERATIONS: usize = Operation::ALL.len();
+const POSITIONS: usize = Position::ALL.len();
 
 /// The opcode of each meaning, built at compile time from the table above: the
 /// requester asks for one per packet it sends, and a walk of the table was 1% of the
@@ -411,25 +436,23 @@ mod tests {
 
     #[test]
     fn lookup_agrees_with_a_walk_of_the_table_for_every_meaning() {
-        use Operation::*;
-        use Position::*;
-        let services = [Service::Rc, Service::Uc, Service::Ud, Service::Cnp];
-        let operations = [
-            Send,
-            RdmaWrite,
-            RdmaReadRequest,
-            RdmaReadResponse,
-            Acknowledge,
-            AtomicAcknowledge,
-            CompareSwap,
-            FetchAdd,
-            Operation::Cnp,
-        ];
-        assert_eq!((services.len(), operations.len()), (SERVICES, OPERATIONS));
+        // The meaning index relies on each list being in discriminant order.
+        assert!(Service::ALL
+            .iter()
+            .enumerate()
+            .all(|(i, &v)| v as usize == i));
+        assert!(Operation::ALL
+            .iter()
+            .enumerate()
+            .all(|(i, &v)| v as usize == i));
+        assert!(Position::ALL
+            .iter()
+            .enumerate()
+            .all(|(i, &v)| v as usize == i));
         let mut found = 0;
-        for s in services {
-            for o in operations {
-                for p in [First, Middle, Last, Only] {
+        for s in Service::ALL {
+            for o in Operation::ALL {
+                for p in Position::ALL {
                     for (imm, inv) in [(false, false), (true, false), (false, true), (true, true)] {
                         let walk = ENTRIES.iter().find_map(|(v, i)| {
                             let h = i.headers;
