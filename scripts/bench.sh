@@ -15,8 +15,8 @@
 #         iperf3 on the same pair (and rxe <-> rxe when this kernel has it).
 #
 # Tests: RDMA WRITE bandwidth at 64 KiB and 4 KiB (`ib_write_bw` / `ferroce perf write-bw`,
-# -D $DURATION s, default 8), at 64 KiB on 4 QPs too (-q 4), and 2-byte WRITE latency (`ib_write_lat` / `ferroce perf
-# write-lat`, 2000 iterations, typical = median). Prints a table per place with ratios:
+# -D $DURATION s, default 8), at 64 KiB on 4 QPs too (-q 4), and 2-byte WRITE latency
+# (`ib_write_lat` / `ferroce perf write-lat`, 2000 iterations, typical = median). Prints a table per place with ratios:
 # ferroce<->ferroce over rxe<->rxe and over the kernel for bandwidth, rxe over ferroce for
 # latency (so > 1 is ferroce ahead everywhere). "kernel" is TCP (iperf3) beside bandwidth
 # and, natively, the kernel's UDP ping-pong (sockperf, median half round trip) beside
