@@ -5,6 +5,10 @@
 //! * `rdma_write_64k/packets/<mtu>` reports datagrams/s (requests plus ACKs), all on one
 //!   core: both engines, ICRC generation and checking included.
 //!
+//! * `rdma_write_64k/idle_qps/<n>`: the same WRITE at MTU 1024 while each endpoint also
+//!   holds `n` connected QPs with nothing to do, as a process of a large all-to-all job
+//!   does: what the QPs that do not send cost the one that does.
+//!
 //! Run with `cargo bench -p ferroce-transport --bench engine`.
 
 use std::hint::black_box;
@@ -26,13 +30,16 @@ struct Pair {
     now: u64,
 }
 
-fn setup(mtu: Mtu) -> Pair {
+fn setup(mtu: Mtu, idle: usize) -> Pair {
     let mut sim = Sim::new(1, 2, false);
     let o = QpOpts {
         mtu,
         ..Default::default()
     };
     let (a, b) = connect(&mut sim, 0, 1, &o);
+    for _ in 0..idle {
+        connect(&mut sim, 0, 1, &o);
+    }
     let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
     let src = sim.nodes[0]
         .reg_mr_with(a.pd, vec![0x5a; LEN as usize], None, all)
@@ -89,7 +96,7 @@ fn one_write(p: &mut Pair) -> u64 {
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("rdma_write_64k");
     for mtu in [Mtu::Mtu1024, Mtu::Mtu4096] {
-        let mut p = setup(mtu);
+        let mut p = setup(mtu, 0);
         let per_iter = one_write(&mut p);
         g.throughput(Throughput::Bytes(u64::from(LEN)));
         g.bench_with_input(BenchmarkId::new("bytes", mtu.bytes()), &(), |b, _| {
@@ -97,6 +104,14 @@ fn bench(c: &mut Criterion) {
         });
         g.throughput(Throughput::Elements(per_iter));
         g.bench_with_input(BenchmarkId::new("packets", mtu.bytes()), &(), |b, _| {
+            b.iter(|| one_write(&mut p))
+        });
+    }
+    for idle in [0, 1000] {
+        let mut p = setup(Mtu::Mtu1024, idle);
+        one_write(&mut p);
+        g.throughput(Throughput::Bytes(u64::from(LEN)));
+        g.bench_with_input(BenchmarkId::new("idle_qps", idle), &(), |b, _| {
             b.iter(|| one_write(&mut p))
         });
     }
