@@ -19,6 +19,7 @@ use crate::mr::{Access, MrInfo, MrTable, MwId, MwType};
 use crate::qp::{CnpOut, Ctx, Qp, Rx};
 use crate::qpn::QpnSpace;
 use crate::random::{seeded_fill, FillRandom, Random};
+use crate::schedule::Schedule;
 use crate::srq::SrqTable;
 use crate::time::Instant;
 use crate::tx::{ip_udp_len, TxMeta, MAX_DATAGRAM_LEN};
@@ -96,6 +97,8 @@ pub struct Endpoint {
     srqs: SrqTable,
     cqs: CqTable,
     qps: BTreeMap<u32, Qp>,
+    /// The QPs that may have something to send, and their timers.
+    sched: Schedule,
     counters: Counters,
     /// Asynchronous events (a QP that failed, a CQ that overflowed) not yet taken.
     events: Vec<AsyncEvent>,
@@ -162,6 +165,7 @@ impl Endpoint {
             srqs: SrqTable::default(),
             cqs: CqTable::default(),
             qps: BTreeMap::new(),
+            sched: Schedule::default(),
             counters: Counters::default(),
             events: Vec::new(),
             dcqcn: DcqcnConfig::default(),
@@ -207,6 +211,7 @@ impl Endpoint {
         self.dcqcn = config;
         for qp in self.qps.values_mut() {
             qp.reset_cc();
+            self.sched.touch(qp);
         }
         Ok(())
     }
@@ -222,6 +227,7 @@ impl Endpoint {
     pub fn set_qp_dcqcn(&mut self, qpn: u32, enabled: Option<bool>) -> Result<()> {
         let qp = self.qps.get_mut(&qpn).ok_or(Error::InvalidQp(qpn))?;
         qp.set_cc_enabled(enabled);
+        self.sched.touch(qp);
         Ok(())
     }
 
@@ -505,6 +511,7 @@ impl Endpoint {
                 s.users += 1;
             }
         }
+        self.sched.touch(&mut qp);
         self.qps.insert(qpn, qp);
         Ok(qpn)
     }
@@ -552,7 +559,8 @@ impl Endpoint {
 
     /// Destroys a QP; its outstanding work requests are dropped without completions.
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
-        let qp = self.qps.remove(&qpn).ok_or(Error::InvalidQp(qpn))?;
+        let mut qp = self.qps.remove(&qpn).ok_or(Error::InvalidQp(qpn))?;
+        self.sched.forget(&mut qp);
         if let Some(s) = qp.srq.and_then(|id| self.srqs.get_mut(id)) {
             s.users -= 1;
         }
@@ -648,6 +656,7 @@ impl Endpoint {
             counters,
             events,
             config,
+            sched,
             ..
         } = self;
         let qp = qps.get_mut(&qpn).ok_or(Error::InvalidQp(qpn))?;
@@ -659,7 +668,9 @@ impl Endpoint {
             events,
             now,
         };
-        Ok(f(qp, &mut ctx, config))
+        let out = f(qp, &mut ctx, config);
+        sched.touch(qp);
+        Ok(out)
     }
 
     /// ibv_post_send. Inline data is copied now; everything else is read when sent.
@@ -738,6 +749,7 @@ impl Endpoint {
             counters,
             events,
             dcqcn,
+            sched,
             ..
         } = self;
         let Some(qp) = qps.get_mut(&bth.dest_qp) else {
@@ -805,6 +817,7 @@ impl Endpoint {
         } else {
             qp.handle_request(&mut ctx, &rx);
         }
+        sched.touch(qp);
     }
 
     /// Reaction point: a CNP for `qpn` from `src_gid`.
@@ -823,6 +836,7 @@ impl Endpoint {
             }
         };
         qp.on_cnp(cfg, now);
+        self.sched.touch(qp);
         self.counters.rp_cnp_handled += 1;
     }
 
@@ -850,6 +864,7 @@ impl Endpoint {
             config,
             dcqcn,
             rr,
+            sched,
             ..
         } = self;
         let mut ctx = Ctx {
@@ -863,28 +878,42 @@ impl Endpoint {
         let (gids, split) = (&config.local_gids[..], config.split_writes);
         // The QP whose turn it is first, while its turn lasts.
         if let Some((qpn, n)) = self.burst.filter(|&(_, n)| n < TX_BURST) {
-            if let Some(m) = qps
-                .get_mut(&qpn)
-                .and_then(|qp| qp.transmit(&mut ctx, gids, split, dcqcn, buf))
-            {
-                self.burst = Some((qpn, n + 1));
-                return self.finish_datagram(qpn, m, buf);
+            if let Some(qp) = qps.get_mut(&qpn) {
+                match qp.transmit(&mut ctx, gids, split, dcqcn, buf) {
+                    Some(m) => {
+                        sched.retime(qp);
+                        self.burst = Some((qpn, n + 1));
+                        return self.finish_datagram(qpn, m, buf);
+                    }
+                    None => sched.settle(qp),
+                }
             }
         }
+        // Then the ready QPs in turn, from the round-robin cursor on and around; each
+        // that has nothing to send leaves the ready set.
         let start = *rr;
+        let (mut from, mut wrapped) = (start, false);
         let mut sent = None;
-        for (&qpn, qp) in qps.range_mut(start..) {
-            if let Some(m) = qp.transmit(&mut ctx, gids, split, dcqcn, buf) {
-                sent = Some((qpn, m));
-                break;
-            }
-        }
-        if sent.is_none() {
-            for (&qpn, qp) in qps.range_mut(..start) {
-                if let Some(m) = qp.transmit(&mut ctx, gids, split, dcqcn, buf) {
+        loop {
+            let qpn = match sched.next_ready(from) {
+                Some(q) if !wrapped || q < start => q,
+                _ if !wrapped && start > 0 => {
+                    (from, wrapped) = (0, true);
+                    continue;
+                }
+                _ => break,
+            };
+            from = qpn + 1;
+            let Some(qp) = qps.get_mut(&qpn) else {
+                continue;
+            };
+            match qp.transmit(&mut ctx, gids, split, dcqcn, buf) {
+                Some(m) => {
+                    sched.retime(qp);
                     sent = Some((qpn, m));
                     break;
                 }
+                None => sched.settle(qp),
             }
         }
         let Some((qpn, meta)) = sent else {
@@ -953,7 +982,13 @@ impl Endpoint {
     /// or at which a QP held back by its DCQCN pacer may send again (`poll_transmit` has
     /// work then).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.qps.values().filter_map(Qp::poll_timeout).min()
+        self.sched.earliest()
+    }
+
+    /// The schedule of QPs to look at (for tests).
+    #[cfg(test)]
+    pub(crate) fn schedule(&self) -> &Schedule {
+        &self.sched
     }
 
     /// Runs every timer that expired at `now`. This is the only place timers fire:
@@ -966,6 +1001,7 @@ impl Endpoint {
             cqs,
             counters,
             events,
+            sched,
             ..
         } = self;
         let mut ctx = Ctx {
@@ -976,8 +1012,13 @@ impl Endpoint {
             events,
             now,
         };
-        for qp in qps.values_mut() {
-            qp.handle_timeout(&mut ctx);
+        let mut after = None;
+        while let Some(due) = sched.due(now, after) {
+            after = Some(due);
+            if let Some(qp) = qps.get_mut(&due.1) {
+                qp.handle_timeout(&mut ctx);
+                sched.touch(qp);
+            }
         }
     }
 }

@@ -62,6 +62,7 @@ mod mr;
 mod qp;
 mod qpn;
 mod random;
+mod schedule;
 mod sge;
 mod srq;
 mod time;

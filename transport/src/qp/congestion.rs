@@ -162,6 +162,11 @@ impl Qp {
         sent
     }
 
+    /// Whether paced work waits for the pacer: the QP may send later without any event.
+    pub(crate) fn waits_for_pacer(&self) -> bool {
+        self.cc.blocked
+    }
+
     /// A CNP for this QP arrived at `now`: the reaction point cuts the rate.
     pub(crate) fn on_cnp(&mut self, dcqcn: &DcqcnConfig, now: Instant) {
         self.cc.rp(dcqcn).on_cnp(dcqcn, now);

@@ -150,6 +150,23 @@ pub(crate) struct Qp {
     timers: Timers,
     /// DCQCN notification and reaction point.
     cc: QpCc,
+    /// The endpoint's schedule entries for this QP.
+    pub(crate) sched: crate::schedule::Mark,
+}
+
+impl crate::schedule::Scheduled for Qp {
+    fn qpn(&self) -> u32 {
+        self.qpn
+    }
+    fn mark(&mut self) -> &mut crate::schedule::Mark {
+        &mut self.sched
+    }
+    fn deadline(&self) -> Option<Instant> {
+        self.poll_timeout()
+    }
+    fn waits_for_time(&self) -> bool {
+        self.waits_for_pacer()
+    }
 }
 
 /// UDP source port of an RC/UC QP, as rxe 6.1 derives it from both QP numbers.
@@ -306,6 +323,7 @@ impl Qp {
             resp: Responder::default(),
             timers: Timers::default(),
             cc: QpCc::default(),
+            sched: crate::schedule::Mark::default(),
         }
     }
 
