@@ -4,8 +4,8 @@
 #
 #   fuzz/run-all.sh [SECONDS_FOR_PACKET_TARGETS [SECONDS_FOR_HEADER_TARGETS]]   (60 45)
 #
-# The packet targets (frame_parse, datagram_parse, ib_packet_parse, icrc_verify) and the
-# transport target responder get the first time, the header targets the second.
+# The packet targets (frame_parse, datagram_parse, ib_packet_parse, icrc_verify, gso_split)
+# and the transport target responder get the first time, the header targets the second.
 #
 # Needs nightly and cargo-fuzz (`cargo install cargo-fuzz --locked`). Logs go to
 # fuzz/target/fuzz-logs/<target>.log, crashes to fuzz/artifacts/<target>/. libFuzzer stops
@@ -24,7 +24,7 @@ echo "| --- | ---: | ---: | ---: | --- |"
 status=0
 for t in $targets; do
     case $t in
-        frame_parse | datagram_parse | ib_packet_parse | icrc_verify | responder) secs=$long ;;
+        frame_parse | datagram_parse | ib_packet_parse | icrc_verify | gso_split | responder) secs=$long ;;
         *) secs=$short ;;
     esac
     args="-max_total_time=$secs -dict=dict/roce.dict -print_final_stats=1"

@@ -15,7 +15,7 @@
 use ferroce_wire::opcode::HeaderSet;
 use ferroce_wire::packet::ICRC_LEN;
 use ferroce_wire::{
-    aeth, atomic_ack_eth, atomic_eth, bth, cnp, deth, icrc, ieth, immdt, reth, Datagram,
+    aeth, atomic_ack_eth, atomic_eth, bth, cnp, deth, gso, icrc, ieth, immdt, ipv4, reth, Datagram,
     DatagramRepr, Error, Frame, FrameRepr, IbRepr, IpHeader, Packet,
 };
 
@@ -29,6 +29,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("datagram_parse", datagram_parse),
     ("ib_packet_parse", ib_packet_parse),
     ("icrc_verify", icrc_verify),
+    ("gso_split", gso_split),
     ("bth", bth),
     ("reth", reth),
     ("aeth", aeth),
@@ -192,6 +193,134 @@ pub fn icrc_verify(data: &[u8]) {
             }
         }
     }
+}
+
+/// Link-layer header lengths a `gso_split` input's first byte picks from: none, Ethernet,
+/// Ethernet with one VLAN tag (what a packet socket hands over).
+pub const GSO_LINK_HEADERS: [usize; 3] = [0, 14, 18];
+
+/// `gso_split`: a received UDP super-frame cut into its segments, as the link does with
+/// what a veth or GRO hands over whole. Input: one byte choosing the link header's length
+/// ([`GSO_LINK_HEADERS`], by the byte mod 3), the segment size (big-endian `u16`; 0: none
+/// given, as before Linux 6.2, so `gso::infer_segment_size` finds one or the frame is
+/// refused), then the frame.
+///
+/// Properties: splitting in place hands over exactly the segments the copying splitter
+/// (`gso::split`) builds, each behind the frame's own link header; their UDP payloads put
+/// end to end are the super-datagram's; each has its own lengths, a valid IPv4 header
+/// checksum and the identification base + i; no more of them than 16-byte segments fit;
+/// and `gso::merge` joins them back into the super-datagram (but for the UDP checksum,
+/// which it leaves zero). An inferred size is a multiple of 4 within a RoCE packet's
+/// bounds whose first segment carries a valid ICRC.
+pub fn gso_split(data: &[u8]) {
+    let [pick, size_hi, size_lo, frame @ ..] = data else {
+        return;
+    };
+    let link = GSO_LINK_HEADERS[usize::from(*pick % 3)];
+    let Some(ip) = frame.get(link..) else {
+        return;
+    };
+    let mut size = usize::from(u16::from_be_bytes([*size_hi, *size_lo]));
+    if size == 0 {
+        let Some(found) = gso::infer_segment_size(ip) else {
+            return;
+        };
+        assert!(found >= gso::MIN_SEGMENT && found % 4 == 0);
+        assert!(found <= gso::MAX_PACKET_PAYLOAD);
+        let mut s = gso::split(ip, found).expect("an inferred size splits");
+        let mut first = vec![0; s.max_len()];
+        let n = s.next_into(&mut first).expect("a first segment");
+        assert_eq!(icrc::verify(&first[..n]), Ok(()), "inferred size {found}");
+        size = found;
+    }
+
+    let copied: Option<Vec<Vec<u8>>> = gso::split(ip, size).ok().map(|mut s| {
+        let mut buf = vec![0; s.max_len()];
+        std::iter::from_fn(|| s.next_into(&mut buf).map(|n| buf[..n].to_vec())).collect()
+    });
+    let mut work = frame.to_vec();
+    let mut segments: Vec<Vec<u8>> = Vec::new();
+    let result = gso::split_in_place(&mut work, link, size, &mut |seg| {
+        segments.push(seg.to_vec())
+    });
+    let Ok(count) = result else {
+        assert!(
+            copied.is_none(),
+            "split_in_place refused what split took: {result:?}"
+        );
+        assert!(segments.is_empty(), "segments handed over before a refusal");
+        return;
+    };
+    let copied = copied.expect("split took what split_in_place took");
+    assert_eq!(count, segments.len());
+    assert_eq!(count, copied.len());
+    assert!(count <= ip.len() / gso::MIN_SEGMENT + 1);
+
+    let ipv6 = ip[0] >> 4 == 6;
+    let headers = if ipv6 {
+        40
+    } else {
+        usize::from(ip[0] & 0x0f) * 4
+    } + 8;
+    let mut payload = Vec::with_capacity(ip.len());
+    for (i, (whole, seg)) in segments.iter().zip(&copied).enumerate() {
+        assert_eq!(&whole[..link], &frame[..link], "segment {i}: link header");
+        assert_eq!(
+            &whole[link..],
+            &seg[..],
+            "segment {i}: in place and copied differ"
+        );
+        assert!(seg.len() > headers && seg.len() - headers <= size);
+        let field = |at: usize| usize::from(u16::from_be_bytes([seg[at], seg[at + 1]]));
+        if ipv6 {
+            assert_eq!(field(4), seg.len() - 40);
+        } else {
+            assert_eq!(field(2), seg.len());
+            assert_eq!(
+                field(4),
+                (field_of(ip, 4) + i) & 0xffff,
+                "segment {i}: IPv4 ID"
+            );
+            assert!(
+                ipv4::header_checksum_ok(seg),
+                "segment {i}: IPv4 header checksum"
+            );
+        }
+        assert_eq!(
+            field(headers - 4),
+            seg.len() + 8 - headers,
+            "segment {i}: UDP length"
+        );
+        payload.extend_from_slice(&seg[headers..]);
+    }
+    assert_eq!(
+        payload,
+        ip[headers..],
+        "the segments' payloads are the whole's"
+    );
+
+    if copied[0].len() - headers < gso::MIN_SEGMENT {
+        return; // one segment too short to head a run: merge refuses it by design
+    }
+    let refs: Vec<&[u8]> = copied.iter().map(Vec::as_slice).collect();
+    let mut merged = vec![0; ip.len()];
+    let (n, merged_size) = gso::merge(&refs, &mut merged).expect("split segments merge back");
+    assert_eq!(n, ip.len());
+    assert_eq!(merged_size, copied[0].len() - headers);
+    assert!(ipv6 || ipv4::header_checksum_ok(&merged));
+    let mut original = ip.to_vec();
+    for b in [&mut merged, &mut original] {
+        b[headers - 2..headers].fill(0); // UDP checksum
+        if !ipv6 {
+            b[10..12].fill(0); // IPv4 header checksum (both valid; 0 and 0xffff are one)
+        }
+    }
+    assert_eq!(merged, original, "merge(split(x)) is x");
+}
+
+/// The big-endian 16-bit field at `at`.
+fn field_of(b: &[u8], at: usize) -> usize {
+    usize::from(u16::from_be_bytes([b[at], b[at + 1]]))
 }
 
 /// The bits the ICRC treats as all ones, per byte of `d`'s IP packet, written down from the

@@ -155,13 +155,17 @@ fn ext_for(op: Opcode, payload_len: usize, syndrome: Syndrome) -> ExtRepr {
 }
 
 fn ipv4(dscp: u8, ecn: u8) -> IpRepr {
+    ipv4_id(dscp, ecn, 0x1234)
+}
+
+fn ipv4_id(dscp: u8, ecn: u8, identification: u16) -> IpRepr {
     IpRepr::V4 {
         src: Ipv4Addr::new(10, 77, 0, 1),
         dst: Ipv4Addr::new(10, 77, 0, 2),
         dscp,
         ecn,
         ttl: 64,
-        identification: 0x1234,
+        identification,
         dont_fragment: true,
     }
 }
@@ -343,10 +347,114 @@ fn synth_seeds(seeds: &mut Seeds) {
     seeds.add_roce_frame("synth-rc-send-only-imm-v4-options", &options);
 }
 
+/// A super-datagram of `payloads.len()` RC WRITE MIDDLE datagrams to QP 0x11 (IPv4
+/// identifications counting up from 0x1234, or IPv6), joined with `gso::merge`; its
+/// segment size.
+fn super_datagram(v6: bool, payloads: &[usize]) -> (Vec<u8>, usize) {
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+    let parts: Vec<Vec<u8>> = payloads
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| {
+            let ip = if v6 {
+                ipv6(0x02)
+            } else {
+                ipv4_id(0, 2, 0x1234 + i as u16)
+            };
+            let repr = DatagramRepr {
+                ip,
+                src_port: 0xc121,
+                ib: IbRepr {
+                    bth: BthRepr::new(Opcode::RC_RDMA_WRITE_MIDDLE, 0x11, Psn::new(i as u32)),
+                    ext: ExtRepr::default(),
+                    payload: &data[..len],
+                },
+            };
+            let mut out = vec![0u8; repr.buffer_len()];
+            repr.emit(&mut out).expect("datagram emits");
+            out
+        })
+        .collect();
+    let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+    let mut whole = vec![0u8; 65535];
+    let (n, size) = ferroce_wire::gso::merge(&refs, &mut whole).expect("segments merge");
+    whole.truncate(n);
+    (whole, size)
+}
+
+/// One `gso_split` seed: a super-frame of `payloads` (IPv6 or IPv4), behind the link header
+/// `pick` chooses (0: none, 1: Ethernet, 2: Ethernet with a VLAN tag), with its segment size
+/// given or left to be inferred.
+struct GsoSeed {
+    name: &'static str,
+    v6: bool,
+    pick: u8,
+    with_size: bool,
+    payloads: &'static [usize],
+}
+
+/// `gso_split` inputs (see its body in `fuzz/src/lib.rs`): the link header's selector, the
+/// segment size (0: to be inferred), then the frame.
+fn gso_seeds(seeds: &mut Seeds) {
+    let cases = [
+        GsoSeed {
+            name: "v4-3x1024",
+            v6: false,
+            pick: 1,
+            with_size: true,
+            payloads: &[1024; 3],
+        },
+        GsoSeed {
+            name: "v6-vlan-3x256-short-last",
+            v6: true,
+            pick: 2,
+            with_size: true,
+            payloads: &[256, 256, 256, 64],
+        },
+        GsoSeed {
+            name: "v4-5x1024-size-inferred",
+            v6: false,
+            pick: 1,
+            with_size: false,
+            payloads: &[1024; 5],
+        },
+        GsoSeed {
+            name: "v4-no-link-2x512",
+            v6: false,
+            pick: 0,
+            with_size: true,
+            payloads: &[512; 2],
+        },
+    ];
+    for c in cases {
+        let (ip, size) = super_datagram(c.v6, c.payloads);
+        let size = if c.with_size { size as u16 } else { 0 };
+        let mut input = vec![c.pick];
+        input.extend_from_slice(&size.to_be_bytes());
+        if c.pick != 0 {
+            let eth = EthernetRepr {
+                src: [0x02, 0x00, 0x0a, 0x4d, 0x00, 0x01],
+                dst: [0x02, 0x00, 0x0a, 0x4d, 0x00, 0x02],
+                vlan: (c.pick == 2).then_some(VlanTag {
+                    pcp: 3,
+                    dei: false,
+                    vid: 100,
+                }),
+            };
+            let mut link = vec![0u8; eth.header_len()];
+            eth.emit(&mut link, c.v6).expect("Ethernet header emits");
+            input.extend_from_slice(&link);
+        }
+        input.extend_from_slice(&ip);
+        seeds.add("gso_split", &format!("synth-gso-{}", c.name), &input);
+    }
+}
+
 fn generate() -> Seeds {
     let mut seeds = Seeds::default();
     rxe_seeds(&mut seeds);
     synth_seeds(&mut seeds);
+    gso_seeds(&mut seeds);
     seeds
 }
 
@@ -401,4 +509,35 @@ fn committed_seeds_match_the_generator() {
         problems.len(),
         problems[0]
     );
+}
+
+/// The `gso_split` seeds are super-frames that split (so the fuzzer starts from inputs that
+/// reach every property of the body, merge included), into the segments they were made of.
+#[test]
+fn gso_seeds_split_into_their_segments() {
+    let seeds = generate();
+    let files = &seeds.0["gso_split"];
+    let expect = [
+        ("synth-gso-v4-3x1024", 3),
+        ("synth-gso-v4-5x1024-size-inferred", 5),
+        ("synth-gso-v4-no-link-2x512", 2),
+        ("synth-gso-v6-vlan-3x256-short-last", 4),
+    ];
+    assert_eq!(files.len(), expect.len());
+    for (name, count) in expect {
+        let input = &files[name];
+        let link = [0, 14, 18][usize::from(input[0] % 3)];
+        let mut frame = input[3..].to_vec();
+        let mut size = usize::from(u16::from_be_bytes([input[1], input[2]]));
+        if size == 0 {
+            size = ferroce_wire::gso::infer_segment_size(&frame[link..])
+                .unwrap_or_else(|| panic!("{name}: no segment size found"));
+        }
+        let mut valid = 0;
+        let n = ferroce_wire::gso::split_in_place(&mut frame, link, size, &mut |seg| {
+            valid += usize::from(ferroce_wire::icrc::verify(&seg[link..]).is_ok());
+        });
+        assert_eq!(n, Ok(count), "{name}");
+        assert_eq!(valid, count, "{name}: every segment's ICRC");
+    }
 }
