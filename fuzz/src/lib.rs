@@ -197,11 +197,11 @@ pub fn icrc_verify(data: &[u8]) {
 
 /// Link-layer header lengths a `gso_split` input's first byte picks from: none, Ethernet,
 /// Ethernet with one VLAN tag (what a packet socket hands over).
-pub const GSO_LINK_HEADERS: [usize; 3] = [0, 14, 18];
+const GSO_LINK_HEADERS: [usize; 3] = [0, 14, 18];
 
 /// `gso_split`: a received UDP super-frame cut into its segments, as the link does with
 /// what a veth or GRO hands over whole. Input: one byte choosing the link header's length
-/// ([`GSO_LINK_HEADERS`], by the byte mod 3), the segment size (big-endian `u16`; 0: none
+/// (`GSO_LINK_HEADERS`, by the byte mod 3), the segment size (big-endian `u16`; 0: none
 /// given, as before Linux 6.2, so `gso::infer_segment_size` finds one or the frame is
 /// refused), then the frame.
 ///
@@ -271,7 +271,7 @@ pub fn gso_split(data: &[u8]) {
             "segment {i}: in place and copied differ"
         );
         assert!(seg.len() > headers && seg.len() - headers <= size);
-        let field = |at: usize| usize::from(u16::from_be_bytes([seg[at], seg[at + 1]]));
+        let field = |at: usize| field_of(seg, at);
         if ipv6 {
             assert_eq!(field(4), seg.len() - 40);
         } else {

@@ -393,59 +393,67 @@ struct GsoSeed {
     payloads: &'static [usize],
 }
 
-/// `gso_split` inputs (see its body in `fuzz/src/lib.rs`): the link header's selector, the
-/// segment size (0: to be inferred), then the frame.
+const GSO_SEEDS: [GsoSeed; 4] = [
+    GsoSeed {
+        name: "v4-3x1024",
+        v6: false,
+        pick: 1,
+        with_size: true,
+        payloads: &[1024; 3],
+    },
+    GsoSeed {
+        name: "v6-vlan-3x256-short-last",
+        v6: true,
+        pick: 2,
+        with_size: true,
+        payloads: &[256, 256, 256, 64],
+    },
+    GsoSeed {
+        name: "v4-5x1024-size-inferred",
+        v6: false,
+        pick: 1,
+        with_size: false,
+        payloads: &[1024; 5],
+    },
+    GsoSeed {
+        name: "v4-no-link-2x512",
+        v6: false,
+        pick: 0,
+        with_size: true,
+        payloads: &[512; 2],
+    },
+];
+
+/// The `gso_split` input of `c` (see its body in `fuzz/src/lib.rs`: the link header's
+/// selector, the segment size, 0 to be inferred, then the frame) and its link header's
+/// length.
+fn gso_input(c: &GsoSeed) -> (Vec<u8>, usize) {
+    let (ip, size) = super_datagram(c.v6, c.payloads);
+    let size = if c.with_size { size as u16 } else { 0 };
+    let mut input = vec![c.pick];
+    input.extend_from_slice(&size.to_be_bytes());
+    let mut link = Vec::new();
+    if c.pick != 0 {
+        let eth = EthernetRepr {
+            src: [0x02, 0x00, 0x0a, 0x4d, 0x00, 0x01],
+            dst: [0x02, 0x00, 0x0a, 0x4d, 0x00, 0x02],
+            vlan: (c.pick == 2).then_some(VlanTag {
+                pcp: 3,
+                dei: false,
+                vid: 100,
+            }),
+        };
+        link = vec![0u8; eth.header_len()];
+        eth.emit(&mut link, c.v6).expect("Ethernet header emits");
+    }
+    input.extend_from_slice(&link);
+    input.extend_from_slice(&ip);
+    (input, link.len())
+}
+
 fn gso_seeds(seeds: &mut Seeds) {
-    let cases = [
-        GsoSeed {
-            name: "v4-3x1024",
-            v6: false,
-            pick: 1,
-            with_size: true,
-            payloads: &[1024; 3],
-        },
-        GsoSeed {
-            name: "v6-vlan-3x256-short-last",
-            v6: true,
-            pick: 2,
-            with_size: true,
-            payloads: &[256, 256, 256, 64],
-        },
-        GsoSeed {
-            name: "v4-5x1024-size-inferred",
-            v6: false,
-            pick: 1,
-            with_size: false,
-            payloads: &[1024; 5],
-        },
-        GsoSeed {
-            name: "v4-no-link-2x512",
-            v6: false,
-            pick: 0,
-            with_size: true,
-            payloads: &[512; 2],
-        },
-    ];
-    for c in cases {
-        let (ip, size) = super_datagram(c.v6, c.payloads);
-        let size = if c.with_size { size as u16 } else { 0 };
-        let mut input = vec![c.pick];
-        input.extend_from_slice(&size.to_be_bytes());
-        if c.pick != 0 {
-            let eth = EthernetRepr {
-                src: [0x02, 0x00, 0x0a, 0x4d, 0x00, 0x01],
-                dst: [0x02, 0x00, 0x0a, 0x4d, 0x00, 0x02],
-                vlan: (c.pick == 2).then_some(VlanTag {
-                    pcp: 3,
-                    dei: false,
-                    vid: 100,
-                }),
-            };
-            let mut link = vec![0u8; eth.header_len()];
-            eth.emit(&mut link, c.v6).expect("Ethernet header emits");
-            input.extend_from_slice(&link);
-        }
-        input.extend_from_slice(&ip);
+    for c in &GSO_SEEDS {
+        let (input, _) = gso_input(c);
         seeds.add("gso_split", &format!("synth-gso-{}", c.name), &input);
     }
 }
@@ -515,29 +523,21 @@ fn committed_seeds_match_the_generator() {
 /// reach every property of the body, merge included), into the segments they were made of.
 #[test]
 fn gso_seeds_split_into_their_segments() {
-    let seeds = generate();
-    let files = &seeds.0["gso_split"];
-    let expect = [
-        ("synth-gso-v4-3x1024", 3),
-        ("synth-gso-v4-5x1024-size-inferred", 5),
-        ("synth-gso-v4-no-link-2x512", 2),
-        ("synth-gso-v6-vlan-3x256-short-last", 4),
-    ];
-    assert_eq!(files.len(), expect.len());
-    for (name, count) in expect {
-        let input = &files[name];
-        let link = [0, 14, 18][usize::from(input[0] % 3)];
+    assert_eq!(generate().0["gso_split"].len(), GSO_SEEDS.len());
+    for c in &GSO_SEEDS {
+        let (input, link) = gso_input(c);
         let mut frame = input[3..].to_vec();
         let mut size = usize::from(u16::from_be_bytes([input[1], input[2]]));
         if size == 0 {
             size = ferroce_wire::gso::infer_segment_size(&frame[link..])
-                .unwrap_or_else(|| panic!("{name}: no segment size found"));
+                .unwrap_or_else(|| panic!("{}: no segment size found", c.name));
         }
         let mut valid = 0;
         let n = ferroce_wire::gso::split_in_place(&mut frame, link, size, &mut |seg| {
             valid += usize::from(ferroce_wire::icrc::verify(&seg[link..]).is_ok());
         });
-        assert_eq!(n, Ok(count), "{name}");
-        assert_eq!(valid, count, "{name}: every segment's ICRC");
+        let count = c.payloads.len();
+        assert_eq!(n, Ok(count), "{}", c.name);
+        assert_eq!(valid, count, "{}: every segment's ICRC", c.name);
     }
 }
