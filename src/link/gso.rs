@@ -188,8 +188,8 @@ pub fn split_received(frame: &mut [u8], vnet: VnetHdr, f: &mut dyn FnMut(&[u8]))
     };
     let gso_size = match vnet.udp_segment_size() {
         Some(size) => size,
-        // The shortest IPv4 and UDP headers: a frame no longer than this is no super-frame.
-        None if frame.len() <= link + 28 + MAX_PACKET_PAYLOAD => {
+        // No longer than one packet behind its own IP and UDP headers: no super-frame.
+        None if !ferroce_wire::gso::longer_than_one_packet(frame.get(link..).unwrap_or(&[])) => {
             f(frame);
             return Received::Frame;
         }
@@ -449,11 +449,76 @@ mod tests {
         }
     }
 
+    /// An RDMA WRITE ONLY with immediate of a full 4096 MTU, the longest packet with a
+    /// payload, over IPv4 or IPv6.
+    fn longest(ipv6: bool) -> Vec<u8> {
+        let data = vec![7; 4096];
+        let ip = if ipv6 {
+            IpRepr::V6 {
+                src: "fd00::1".parse().unwrap(),
+                dst: "fd00::2".parse().unwrap(),
+                traffic_class: 0,
+                flow_label: 0,
+                hop_limit: 64,
+            }
+        } else {
+            IpRepr::V4 {
+                src: Ipv4Addr::new(10, 0, 0, 1),
+                dst: Ipv4Addr::new(10, 0, 0, 2),
+                dscp: 0,
+                ecn: 0,
+                ttl: 64,
+                identification: 1,
+                dont_fragment: true,
+            }
+        };
+        let ext = ferroce_wire::ExtRepr {
+            reth: Some(ferroce_wire::reth::Repr {
+                va: 0x1000,
+                rkey: 0x1234,
+                dma_len: 4096,
+            }),
+            immdt: Some(ferroce_wire::immdt::Repr { imm: 5 }),
+            ..Default::default()
+        };
+        let repr = DatagramRepr {
+            ip,
+            src_port: 0xc000,
+            ib: IbRepr {
+                bth: BthRepr::new(Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, 0x11, Psn::new(1)),
+                ext,
+                payload: &data,
+            },
+        };
+        let mut f = vec![0; 14 + repr.buffer_len()];
+        let eth = EthernetRepr {
+            src: [2; 6],
+            dst: [4; 6],
+            vlan: None,
+        };
+        eth.emit(&mut f[..14], ipv6).unwrap();
+        let n = repr.emit(&mut f[14..]).unwrap();
+        f.truncate(14 + n);
+        f
+    }
+
     #[test]
     fn without_a_virtio_net_header_only_what_no_packet_could_be_is_split() {
-        // An ordinary packet: handed on as it is, even at the longest a packet can be.
-        let mut one = frame(1, 4096, 1, 2);
+        // An ordinary packet: handed on as it is, even at the longest a packet can be,
+        // over IPv4 and over IPv6 (whose headers are 20 bytes longer).
         let mut got = 0;
+        for ipv6 in [false, true] {
+            let mut one = longest(ipv6);
+            assert_eq!(
+                one.len(),
+                14 + if ipv6 { 48 } else { 28 } + 12 + 20 + 4096 + 4
+            );
+            let r = split_received(&mut one, VnetHdr::NONE, &mut |_| got += 1);
+            assert_eq!(r, Received::Frame, "ipv6: {ipv6}");
+        }
+        assert_eq!(got, 2);
+        let mut one = frame(1, 4096, 1, 2);
+        got = 0;
         let r = split_received(&mut one, VnetHdr::NONE, &mut |_| got += 1);
         assert_eq!((r, got), (Received::Frame, 1));
         // Longer than any packet, and no segment size makes RoCE packets of it: dropped

@@ -32,6 +32,20 @@ pub const MAX_PACKET_PAYLOAD: usize = 12 + 28 + 4096 + 3 + 4;
 // among the candidates.
 const _: () = assert!(12 + 16 + 4 + 4096 + 4 <= MAX_PACKET_PAYLOAD);
 
+/// Whether `ip_packet` (IP header on, as a link hands it over) is longer than any single
+/// RoCE v2 packet behind its own IP and UDP headers could be, so that, arriving without a
+/// segment size, it can only be a super-datagram or garbage. The headers counted are the
+/// ones the packet says it has (IPv6's 40 bytes, IPv4's header length): the longest RoCE
+/// packet over IPv6 is 20 bytes longer than over IPv4 and is still one packet.
+pub fn longer_than_one_packet(ip_packet: &[u8]) -> bool {
+    let ip_len = match ip_packet.first() {
+        Some(b) if b >> 4 == 6 => super::IPV6_LEN,
+        Some(b) if b >> 4 == 4 => usize::from(b & 0xf) * 4,
+        _ => 0,
+    };
+    ip_packet.len() > ip_len.max(20) + UDP_LEN + MAX_PACKET_PAYLOAD
+}
+
 /// Candidate sizes whose first segment's ICRC is computed before giving up.
 pub const MAX_ICRC_TRIES: usize = 4;
 
@@ -119,6 +133,32 @@ mod tests {
         let (n, gso) = merge(&refs, &mut whole).unwrap();
         whole.truncate(n);
         (whole, gso)
+    }
+
+    #[test]
+    fn one_packet_is_never_longer_than_one_packet_over_either_ip_version() {
+        for ipv6 in [false, true] {
+            // A WRITE ONLY of a full 4096 MTU: over IPv6 longer than the IPv4 headers and
+            // any packet's payload together.
+            let one = datagram_of(Opcode::RC_RDMA_WRITE_ONLY, 1, 4096, 1, ipv6);
+            assert_eq!(one.len() > 28 + MAX_PACKET_PAYLOAD, ipv6);
+            assert!(!longer_than_one_packet(&one), "ipv6: {ipv6}");
+            // Padded to the longest any packet's headers allow: still not longer.
+            let headers = if ipv6 { 48 } else { 28 };
+            let mut most = one.clone();
+            most.resize(headers + MAX_PACKET_PAYLOAD, 0);
+            assert!(!longer_than_one_packet(&most), "ipv6: {ipv6}");
+            most.push(0);
+            assert!(longer_than_one_packet(&most), "ipv6: {ipv6}");
+        }
+        // IPv4 options lengthen the headers the packet may have.
+        let mut opts = vec![0x46u8; 24 + 8 + MAX_PACKET_PAYLOAD];
+        assert!(!longer_than_one_packet(&opts));
+        opts[0] = 0x45;
+        assert!(longer_than_one_packet(&opts));
+        // Not IP, or nothing at all: the shortest IP header counts.
+        assert!(!longer_than_one_packet(&[]));
+        assert!(longer_than_one_packet(&vec![0u8; 29 + MAX_PACKET_PAYLOAD]));
     }
 
     #[test]

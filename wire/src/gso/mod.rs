@@ -19,7 +19,7 @@
 use crate::{Error, Layer, Result};
 
 mod infer;
-pub use infer::{infer_segment_size, MAX_ICRC_TRIES, MAX_PACKET_PAYLOAD};
+pub use infer::{infer_segment_size, longer_than_one_packet, MAX_ICRC_TRIES, MAX_PACKET_PAYLOAD};
 
 /// IPv6's fixed header and the UDP header.
 const IPV6_LEN: usize = 40;
