@@ -211,7 +211,8 @@ const GSO_LINK_HEADERS: [usize; 3] = [0, 14, 18];
 /// checksum and the identification base + i; no more of them than 16-byte segments fit;
 /// and `gso::merge` joins them back into the super-datagram (but for the UDP checksum,
 /// which it leaves zero). An inferred size is a multiple of 4 within a RoCE packet's
-/// bounds whose first segment carries a valid ICRC.
+/// bounds whose first segment carries a valid ICRC, and only ever found for a frame
+/// longer than one packet behind its own headers could be.
 pub fn gso_split(data: &[u8]) {
     let [pick, size_hi, size_lo, frame @ ..] = data else {
         return;
@@ -225,6 +226,12 @@ pub fn gso_split(data: &[u8]) {
         let Some(found) = gso::infer_segment_size(ip) else {
             return;
         };
+        // Only what no single packet could be is ever cut up (the link hands anything
+        // shorter on as one packet).
+        assert!(
+            gso::longer_than_one_packet(ip),
+            "size {found} for one packet"
+        );
         assert!(found >= gso::MIN_SEGMENT && found % 4 == 0);
         assert!(found <= gso::MAX_PACKET_PAYLOAD);
         let mut s = gso::split(ip, found).expect("an inferred size splits");
