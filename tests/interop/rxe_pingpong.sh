@@ -3,7 +3,7 @@
 # roles. Runs where rdma_rxe is available: inside the rxe VM (tests/interop/run.sh) or on a
 # host whose kernel has it. Topology (rxe-vm's setup_peer_ns): ferroce in netns "peer" on
 # vethP 10.77.0.1, rxe0 on vethR 10.77.0.2 in the initial namespace; veth MTU 9000 so both
-# RoCE MTU 1024 and 4096 can be used (-m).
+# RoCE MTU 1024 and 4096 can be used (-m); over IPv4, and over IPv6 link-local GIDs.
 #   rxe_pingpong.sh FERROCE_BINARY [quick]   (normally started by tests/system.sh)
 # Prints one PASS/FAIL line per case and "interop: N passed, M failed"; exit 0 iff all pass.
 . "$RXEVM_HOME/guest/lib.sh"
@@ -16,22 +16,24 @@ echo "rxe0 GID index $G; ferroce: $("$F" --version)"
 pass=0 fail=0
 # Environment for ferroce's side (run_case callers set it for one case).
 FENV=
+# GID indexes: ferroce's (1: vethP's IPv4 address) and rxe's (rxe0's for 10.77.0.2).
+FG=1 RG=$G
 
 # run_case NAME TYPE ROLE FLAGS...   ROLE: fs (ferroce server, rxe client) | rs (rxe server, ferroce client)
 run_case() {
   local name=$1 t=$2 role=$3; shift 3
   local flags="$*" log="$OUT/logs/$name" ok=1
   if [ "$role" = fs ]; then
-    ip netns exec peer env $FENV timeout 120 "$F" "$t-pingpong" -d vethP -g 1 $flags --stats --pcap "$OUT/pcaps/$name.pcap" >"$log.ferroce" 2>&1 &
+    ip netns exec peer env $FENV timeout 120 "$F" "$t-pingpong" -d vethP -g "$FG" $flags --stats --pcap "$OUT/pcaps/$name.pcap" >"$log.ferroce" 2>&1 &
     local sp=$!
     wait_port 18515 peer || ok=0
-    timeout 120 "ibv_${t}_pingpong" -d rxe0 -g "$G" $flags 10.77.0.1 >"$log.rxe" 2>&1 || ok=0
+    timeout 120 "ibv_${t}_pingpong" -d rxe0 -g "$RG" $flags 10.77.0.1 >"$log.rxe" 2>&1 || ok=0
     wait $sp || ok=0
   else
-    timeout 120 "ibv_${t}_pingpong" -d rxe0 -g "$G" $flags >"$log.rxe" 2>&1 &
+    timeout 120 "ibv_${t}_pingpong" -d rxe0 -g "$RG" $flags >"$log.rxe" 2>&1 &
     local sp=$!
     wait_port 18515 || ok=0
-    ip netns exec peer env $FENV timeout 120 "$F" "$t-pingpong" -d vethP -g 1 $flags --stats --pcap "$OUT/pcaps/$name.pcap" 10.77.0.2 >"$log.ferroce" 2>&1 || ok=0
+    ip netns exec peer env $FENV timeout 120 "$F" "$t-pingpong" -d vethP -g "$FG" $flags --stats --pcap "$OUT/pcaps/$name.pcap" 10.77.0.2 >"$log.ferroce" 2>&1 || ok=0
     wait $sp || ok=0
   fi
   grep -q "iters in" "$log.rxe" && grep -q "iters in" "$log.ferroce" || ok=0
@@ -64,6 +66,20 @@ for role in fs rs; do
     run_case "ud-$role-s$size" ud $role -n $iters -s $size -c
   done
 done
+
+# Over IPv6 (both ends' link-local GIDs) at RoCE MTU 4096: SENDs of a full MTU, RC and
+# UD, both ways (WRITEs over IPv6, whose packets are longer still, are in
+# rxe_perftest.sh).
+rg6=$(gid_ll_index rxe0)
+fg6=$(ip netns exec peer "$F" devinfo -d vethP -v | sed -n 's/.*GID\[ *\([0-9]*\)\]:[[:space:]]*fe80:.*/\1/p' | head -1)
+if [ -z "$rg6" ] || [ -z "$fg6" ]; then
+  fail=$((fail + 1)); echo "FAIL ipv6-gids: rxe0 ${rg6:-none}, vethP ${fg6:-none}"
+else
+  for role in fs rs; do
+    FG=$fg6 RG=$rg6 run_case "rc-ipv6-$role-m4096-s65536" rc $role -n $iters -s 65536 -m 4096 -c
+    FG=$fg6 RG=$rg6 run_case "ud-ipv6-$role-s4096" ud $role -n $iters -s 4096 -c
+  done
+fi
 
 # Super-packets through UDP sockets (FERROCE_GSO=udp: UDP_SEGMENT, the way that works on
 # Linux 6.1, where packet sockets cannot send UDP GSO): the kernel builds their headers,
