@@ -5,7 +5,8 @@ use std::ffi::c_int;
 use std::net::Ipv6Addr;
 use std::sync::{Mutex, PoisonError};
 
-use ferroce::verbs::{MemoryRegion, QueuePair};
+use ferroce::verbs::{Error, MemoryRegion, QueuePair};
+use ferroce_transport::Error as TransportError;
 use ferroce_transport::{
     Access, AddressVector, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, SendWr, MAX_INLINE,
 };
@@ -349,10 +350,32 @@ pub unsafe extern "C" fn ibv_modify_qp(
             }
             Err(e) => {
                 tracing::debug!(qpn = q.inner.qpn(), error = %e, "ibv_modify_qp refused");
+                if matches!(e, Error::Transport(TransportError::InvalidAttr("path_mtu"))) {
+                    // SAFETY: live QP; its context pointer is checked by ctx_of.
+                    path_mtu_hint(cur.path_mtu, ctx_of(unsafe { (*qp).context }));
+                }
                 errno_of(&e)
             }
         }
     })
+}
+
+/// One line on stderr when a program asks for a path MTU above the port's active MTU,
+/// a mistake the program's own message ("Failed to modify QP to RTR") does not name: as
+/// a RoCE NIC does, ferroce refuses it rather than send packets the interface cannot
+/// carry.
+fn path_mtu_hint(asked: Mtu, c: Option<&crate::context::Ctx>) {
+    let Some(c) = c else { return };
+    let a = c.inner.attr();
+    eprintln!(
+        "ferroce: path MTU {} is above {}'s active MTU {} (interface MTU {}): ask for {} or less (e.g. -m {}), or raise the interface's MTU",
+        asked.bytes(),
+        a.name,
+        a.active_mtu.bytes(),
+        a.netdev_mtu,
+        a.active_mtu.bytes(),
+        a.active_mtu.bytes()
+    );
 }
 
 #[export_name = "__ferroce_ibv_query_qp"]

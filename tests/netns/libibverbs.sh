@@ -8,7 +8,8 @@
 # pingpong and ib_write_bw as nobody through a copy of ferroce given cap_net_raw+p; port
 # events (ibv_asyncwatch, ibv_devinfo) when the link goes down and up. Then what must fail
 # cleanly: ibv_devices in a namespace without an interface (an empty list,
-# exit 0), and ibv_rc_pingpong without CAP_NET_RAW (as nobody: one stderr line naming it).
+# exit 0), ibv_rc_pingpong without CAP_NET_RAW (as nobody: one stderr line naming it),
+# and with a path MTU above the port's (one stderr line saying what to ask for).
 # Each server runs in fv-b (fv-b0, 10.89.0.2), each client in fv-a (fv-a0, 10.89.0.1).
 #   tests/netns/libibverbs.sh [FERROCE_BINARY]   (needs root: namespaces, veth, setpriv,
 #                                                 setcap; nobody must reach the library)
@@ -164,6 +165,23 @@ pair send_lat-s64 18611 perftest -x ib_send_lat -F -s 64 -n 200
 pair send_lat-ud-s512 18612 perftest -x ib_send_lat -F -c UD -s 512 -n 200
 pair atomic_lat-fadd 18615 perftest -x ib_atomic_lat -F -n 200
 pair atomic_lat-cmp_swap 18616 perftest -x ib_atomic_lat -F -A CMP_AND_SWAP -n 200
+
+# A path MTU above the port's active MTU (here 1024): ibv_modify_qp refuses it with
+# EINVAL, as a RoCE NIC does, and the library says on one stderr line what to ask for.
+# (The server modifies its QP first, on the client's address; the client then finds the
+# connection closed.)
+e=$out/mtu-above-active
+in_ns $B 20 ibv_rc_pingpong -d $IB -g "$GB" -m 4096 -p 18541 >"$e.server" 2>&1 &
+sp=$!
+if wait_port $B 18541 $sp; then
+  in_ns $A 20 ibv_rc_pingpong -d $IA -g "$GA" -m 4096 -p 18541 $SERVER >"$e.client" 2>&1; rc=$?
+else rc=none; : >"$e.client"; fi
+wait $sp; src=$?
+want="ferroce: path MTU 4096 is above $IB's active MTU 1024 (interface MTU 1500): ask for 1024 or less"
+n=$(grep -c "^$want" "$e.server")
+if [ "$src" != 0 ] && [ "$src" != 124 ] && [ "$rc" != 0 ] && [ "$rc" != none ] && [ "$n" = 1 ] && grep -q 'Failed to modify QP to RTR' "$e.server"; then
+  ok mtu-above-active "server exit $src: $(grep -h "^ferroce: path MTU" "$e.server")"
+else ko mtu-above-active "server exit $src, client exit $rc (124: timed out), $n lines '$want...' (expected 1)" "$e.server" "$e.client"; fi
 
 # --- veth MTU 9000: RoCE MTU 4096 ----------------------------------------------------
 ip -n $A link set $IA mtu 9000; ip -n $B link set $IB mtu 9000
