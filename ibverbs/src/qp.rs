@@ -367,14 +367,10 @@ pub unsafe extern "C" fn ibv_modify_qp(
 fn path_mtu_hint(asked: Mtu, c: Option<&crate::context::Ctx>) {
     let Some(c) = c else { return };
     let a = c.inner.attr();
+    let (asked, active) = (asked.bytes(), a.active_mtu.bytes());
     eprintln!(
-        "ferroce: path MTU {} is above {}'s active MTU {} (interface MTU {}): ask for {} or less (e.g. -m {}), or raise the interface's MTU",
-        asked.bytes(),
-        a.name,
-        a.active_mtu.bytes(),
-        a.netdev_mtu,
-        a.active_mtu.bytes(),
-        a.active_mtu.bytes()
+        "ferroce: path MTU {asked} is above {}'s active MTU {active} (interface MTU {}): ask for {active} or less (e.g. -m {active}), or raise the interface's MTU",
+        a.name, a.netdev_mtu
     );
 }
 

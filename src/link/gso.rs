@@ -307,25 +307,32 @@ mod tests {
     const SLOT: usize = 2048;
 
     fn frame(psn: u32, payload: usize, id: u16, dst: u8) -> Vec<u8> {
-        let data = vec![psn as u8; payload];
+        let ip = IpRepr::V4 {
+            src: Ipv4Addr::new(10, 0, 0, 1),
+            dst: Ipv4Addr::new(10, 0, 0, dst),
+            dscp: 0,
+            ecn: 0,
+            ttl: 64,
+            identification: id,
+            dont_fragment: true,
+        };
+        let bth = BthRepr {
+            mig_req: true,
+            ..BthRepr::new(Opcode::RC_RDMA_WRITE_MIDDLE, 0x11, Psn::new(psn))
+        };
+        build(ip, bth, Default::default(), &vec![psn as u8; payload])
+    }
+
+    /// The Ethernet frame of one datagram.
+    fn build(ip: IpRepr, bth: BthRepr, ext: ferroce_wire::ExtRepr, data: &[u8]) -> Vec<u8> {
+        let ipv6 = matches!(ip, IpRepr::V6 { .. });
         let repr = DatagramRepr {
-            ip: IpRepr::V4 {
-                src: Ipv4Addr::new(10, 0, 0, 1),
-                dst: Ipv4Addr::new(10, 0, 0, dst),
-                dscp: 0,
-                ecn: 0,
-                ttl: 64,
-                identification: id,
-                dont_fragment: true,
-            },
+            ip,
             src_port: 0xc000,
             ib: IbRepr {
-                bth: BthRepr {
-                    mig_req: true,
-                    ..BthRepr::new(Opcode::RC_RDMA_WRITE_MIDDLE, 0x11, Psn::new(psn))
-                },
-                ext: Default::default(),
-                payload: &data,
+                bth,
+                ext,
+                payload: data,
             },
         };
         let mut f = vec![0; 14 + repr.buffer_len()];
@@ -334,7 +341,7 @@ mod tests {
             dst: [4; 6],
             vlan: None,
         };
-        eth.emit(&mut f[..14], false).unwrap();
+        eth.emit(&mut f[..14], ipv6).unwrap();
         let n = repr.emit(&mut f[14..]).unwrap();
         f.truncate(14 + n);
         f
@@ -452,7 +459,6 @@ mod tests {
     /// An RDMA WRITE ONLY with immediate of a full 4096 MTU, the longest packet with a
     /// payload, over IPv4 or IPv6.
     fn longest(ipv6: bool) -> Vec<u8> {
-        let data = vec![7; 4096];
         let ip = if ipv6 {
             IpRepr::V6 {
                 src: "fd00::1".parse().unwrap(),
@@ -481,25 +487,8 @@ mod tests {
             immdt: Some(ferroce_wire::immdt::Repr { imm: 5 }),
             ..Default::default()
         };
-        let repr = DatagramRepr {
-            ip,
-            src_port: 0xc000,
-            ib: IbRepr {
-                bth: BthRepr::new(Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, 0x11, Psn::new(1)),
-                ext,
-                payload: &data,
-            },
-        };
-        let mut f = vec![0; 14 + repr.buffer_len()];
-        let eth = EthernetRepr {
-            src: [2; 6],
-            dst: [4; 6],
-            vlan: None,
-        };
-        eth.emit(&mut f[..14], ipv6).unwrap();
-        let n = repr.emit(&mut f[14..]).unwrap();
-        f.truncate(14 + n);
-        f
+        let bth = BthRepr::new(Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, 0x11, Psn::new(1));
+        build(ip, bth, ext, &vec![7; 4096])
     }
 
     #[test]
