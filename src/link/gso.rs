@@ -307,7 +307,21 @@ mod tests {
     const SLOT: usize = 2048;
 
     fn frame(psn: u32, payload: usize, id: u16, dst: u8) -> Vec<u8> {
-        let ip = IpRepr::V4 {
+        let bth = BthRepr {
+            mig_req: true,
+            ..BthRepr::new(Opcode::RC_RDMA_WRITE_MIDDLE, 0x11, Psn::new(psn))
+        };
+        build(
+            ipv4(id, dst),
+            bth,
+            Default::default(),
+            &vec![psn as u8; payload],
+        )
+    }
+
+    /// An IPv4 header from 10.0.0.1 to 10.0.0.`dst` with identification `id`, DF set.
+    fn ipv4(id: u16, dst: u8) -> IpRepr {
+        IpRepr::V4 {
             src: Ipv4Addr::new(10, 0, 0, 1),
             dst: Ipv4Addr::new(10, 0, 0, dst),
             dscp: 0,
@@ -315,12 +329,7 @@ mod tests {
             ttl: 64,
             identification: id,
             dont_fragment: true,
-        };
-        let bth = BthRepr {
-            mig_req: true,
-            ..BthRepr::new(Opcode::RC_RDMA_WRITE_MIDDLE, 0x11, Psn::new(psn))
-        };
-        build(ip, bth, Default::default(), &vec![psn as u8; payload])
+        }
     }
 
     /// The Ethernet frame of one datagram.
@@ -468,15 +477,7 @@ mod tests {
                 hop_limit: 64,
             }
         } else {
-            IpRepr::V4 {
-                src: Ipv4Addr::new(10, 0, 0, 1),
-                dst: Ipv4Addr::new(10, 0, 0, 2),
-                dscp: 0,
-                ecn: 0,
-                ttl: 64,
-                identification: 1,
-                dont_fragment: true,
-            }
+            ipv4(1, 2)
         };
         let ext = ferroce_wire::ExtRepr {
             reth: Some(ferroce_wire::reth::Repr {

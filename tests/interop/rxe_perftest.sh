@@ -127,7 +127,7 @@ done
 # IPv4. ferroce once took those it received for super-frames and dropped them; rxe then
 # retransmitted without end. The ferroce server must drop none.
 rg6=$(gid_ll_index rxe0)
-fg6=$(ip netns exec peer "$F" devinfo -d vethP -v | sed -n 's/.*GID\[ *\([0-9]*\)\]:[[:space:]]*fe80:.*/\1/p' | head -1)
+fg6=$(ferroce_gid_ll_index "$F" peer vethP)
 if [ -z "$rg6" ] || [ -z "$fg6" ]; then
   fail=$((fail + 1)); echo "FAIL perftest ipv6-gids: rxe0 ${rg6:-none}, vethP ${fg6:-none}"
 else

@@ -71,7 +71,7 @@ done
 # UD, both ways (WRITEs over IPv6, whose packets are longer still, are in
 # rxe_perftest.sh).
 rg6=$(gid_ll_index rxe0)
-fg6=$(ip netns exec peer "$F" devinfo -d vethP -v | sed -n 's/.*GID\[ *\([0-9]*\)\]:[[:space:]]*fe80:.*/\1/p' | head -1)
+fg6=$(ferroce_gid_ll_index "$F" peer vethP)
 if [ -z "$rg6" ] || [ -z "$fg6" ]; then
   fail=$((fail + 1)); echo "FAIL ipv6-gids: rxe0 ${rg6:-none}, vethP ${fg6:-none}"
 else
