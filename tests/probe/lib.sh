@@ -4,7 +4,8 @@
 #   probe_setup ferroce|rxe  sets PNS PDEV PIP (the probe's namespace, interface, address),
 #                            TNS TIP (the target's) and server(); installs the cleanup
 #   start_loop PROGRAM       runs PROGRAM's server (read-bw-client: an ib_read_bw client
-#                            reading from the probe) in a loop, in its own session
+#                            reading from the probe; write-bw-gid0: an ib_write_bw server
+#                            on GID 0, the IPv6 link-local one) in a loop, in its own session
 #   stop_loop                kills that loop and everything in its session
 #   in_ns NS CMD...          runs CMD in namespace NS ("" = here)
 #   fuzz_program VIA SECS SEED OUTDIR LOG [ARGS...]
@@ -38,6 +39,7 @@ probe_setup() {
       case $1 in
         pingpong) echo "timeout 20 ibv_rc_pingpong -d rxe0 -g $G -n 1 -m 1024" ;;
         read-bw-client) echo "timeout 30 ib_read_bw -d rxe0 -x $G -m 1024 -s 2048 -n 5 -t 1 $PIP" ;;
+        write-bw-gid0) echo "timeout 60 ib_write_bw -d rxe0 -x 0 -m 1024" ;;
         *) echo "timeout 60 ib_${1/-/_} -d rxe0 -x $G -m 1024" ;;
       esac
     }
@@ -55,6 +57,7 @@ probe_setup() {
       case $1 in
         pingpong) echo "timeout 20 $F rc-pingpong -d probe-vb -n 1 -m 1024" ;;
         read-bw-client) echo "timeout 30 $F perf read-bw -d probe-vb -m 1024 -s 2048 -n 5 -t 1 $PIP" ;;
+        write-bw-gid0) echo "timeout 60 $F perf write-bw -d probe-vb -x 0 -m 1024 --dcqcn" ;;
         *) echo "timeout 60 $F perf $1 -d probe-vb -m 1024 --dcqcn" ;;
       esac
     }

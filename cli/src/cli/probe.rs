@@ -9,10 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferroce::link::{Link, PacketLink};
+use ferroce::net::neigh::{KernelResolver, Resolver};
 use ferroce::verbs::Device;
 use ferroce_cli::probe::cases::{self, Case};
 use ferroce_cli::probe::local::LocalTarget;
 use ferroce_cli::probe::peer::Addressing;
+use ferroce_cli::probe::route::{self, Route};
 use ferroce_cli::probe::target::{OobTarget, Target, Via};
 use ferroce_cli::probe::{report, run_suite, SuiteOptions};
 
@@ -68,8 +70,10 @@ pub struct TargetArgs {
     /// Interface to send from.
     #[arg(short = 'd', long = "ib-dev")]
     pub ib_dev: Option<String>,
-    /// GID index of the probe's address (default: the interface's first address of the
-    /// target's IP version).
+    /// GID index of the probe's address (default: one of the IP version, and scope, of
+    /// the GID the target's program announces; first guess: TARGET's version). Needed for
+    /// an ibv_rc_pingpong server on a GID of the other version than TARGET's, which hangs
+    /// up before announcing it.
     #[arg(short = 'g', long = "gid-idx")]
     pub gid_idx: Option<usize>,
     /// Path MTU (perftest: asked for; pingpong: must match the server's -m).
@@ -224,19 +228,19 @@ fn load_cases(a: &ConformanceArgs) -> Result<Vec<Case>, CliError> {
     Ok(all)
 }
 
-type Opened = (Box<dyn Target>, Arc<dyn Link>, Addressing);
+type Opened = (Box<dyn Target>, Arc<dyn Link>, Route);
 
 /// The target named `name` (`local`, or a host reached as `t` says).
 fn open_target(t: &TargetArgs, name: &str) -> Result<Opened, CliError> {
     if name == "local" {
         let (target, link, addr) = LocalTarget::new()?;
-        return Ok((Box::new(target), link, addr));
+        return Ok((Box::new(target), link, addr.into()));
     }
     let mtu = super::parse_mtu(t.mtu)?;
     let mut target = OobTarget::new(t.via, name.to_string(), t.port, mtu, t.size);
     target.connect_wait = Duration::from_secs(t.connect_wait);
-    let (link, addr) = open_link(t, name)?;
-    Ok((Box::new(target), link, addr))
+    let (link, route) = open_link(t, name)?;
+    Ok((Box::new(target), link, route))
 }
 
 fn target_name(t: &TargetArgs) -> Result<String, CliError> {
@@ -266,7 +270,7 @@ fn conformance(a: ConformanceArgs) -> Result<ExitCode, CliError> {
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create pcap directory '{}': {e}", dir.display()))?;
     }
-    let (mut target, link, addr) = open_target(&a.t, &name)?;
+    let (mut target, link, route) = open_target(&a.t, &name)?;
     let mut second = match &a.diff {
         Some(n) => Some((n.clone(), open_target(&a.t, n)?)),
         None => None,
@@ -276,15 +280,15 @@ fn conformance(a: ConformanceArgs) -> Result<ExitCode, CliError> {
         "probe: {} cases against {} (probe {} -> target {})",
         cases.len(),
         target.describe(),
-        addr.ip,
-        addr.target_ip
+        route.addr.ip,
+        route.addr.target_ip
     )?;
     if let Some((_, (t2, _, a2))) = &second {
         writeln!(
             out,
             "probe: and against {} ({})",
             t2.describe(),
-            a2.target_ip
+            a2.addr.target_ip
         )?;
     }
     out.flush()?;
@@ -294,7 +298,7 @@ fn conformance(a: ConformanceArgs) -> Result<ExitCode, CliError> {
         include_crashing: a.include_crashing,
     };
     let quiet = a.quiet;
-    let outcomes = run_suite(&cases, target.as_mut(), &link, addr, &opts, &mut |c, o| {
+    let outcomes = run_suite(&cases, target.as_mut(), &link, route, &opts, &mut |c, o| {
         let mut out = std::io::stdout().lock();
         if !quiet {
             let _ = report::case_block(&mut out, c, o);
@@ -324,7 +328,14 @@ fn conformance(a: ConformanceArgs) -> Result<ExitCode, CliError> {
             stack: stack_of(&None, n2),
             include_crashing: a.include_crashing,
         };
-        let other = run_suite(&cases, t2.as_mut(), link2, *addr2, &opts2, &mut |_, _| {});
+        let other = run_suite(
+            &cases,
+            t2.as_mut(),
+            link2,
+            addr2.clone(),
+            &opts2,
+            &mut |_, _| {},
+        );
         writeln!(out)?;
         let d = report::diff(&mut out, &cases, (&name, &outcomes), (n2, &other))?;
         differ = d > 0;
@@ -378,7 +389,7 @@ fn fuzz(a: FuzzArgs) -> Result<ExitCode, CliError> {
     };
     std::fs::create_dir_all(&a.out)
         .map_err(|e| format!("cannot create '{}': {e}", a.out.display()))?;
-    let (mut target, link, addr) = open_target(&a.t, &name)?;
+    let (mut target, link, route) = open_target(&a.t, &name)?;
     let seed = a.seed.unwrap_or_else(ferroce_cli::probe::random_seed);
     let duration = match (a.time, a.rounds) {
         (Some(s), _) => Some(Duration::from_secs(s)),
@@ -405,15 +416,15 @@ fn fuzz(a: FuzzArgs) -> Result<ExitCode, CliError> {
         out,
         "fuzz: {} (probe {} -> target {}); seed {seed}; {} seed messages; check {check}{}",
         target.describe(),
-        addr.ip,
-        addr.target_ip,
+        route.addr.ip,
+        route.addr.target_ip,
         templates.len(),
         if a.kmsg { "; watching /dev/kmsg" } else { "" }
     )?;
     let r = fuzz::run(
         target.as_mut(),
         link,
-        addr,
+        route,
         &opts,
         templates,
         kmsg,
@@ -482,9 +493,9 @@ fn replay(a: ReplayArgs) -> Result<ExitCode, CliError> {
         writeln!(out, "  sent (as recorded) {line}")?;
     }
     let run = |target_name: &str, kmsg: bool| -> Result<(String, fuzz::Attempt), CliError> {
-        let (mut target, link, addr) = open_target(&a.t, target_name)?;
+        let (mut target, link, route) = open_target(&a.t, target_name)?;
         let describe = target.describe();
-        let mut fz = Fuzzer::new(target.as_mut(), link, addr, a.answer_ms);
+        let mut fz = Fuzzer::new(target.as_mut(), link, route, a.answer_ms);
         if kmsg {
             fz.kmsg = Some(fuzz::kmsg::Kmsg::open()?);
         }
@@ -552,9 +563,11 @@ fn cut(a: CutArgs) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Opens the interface and finds the addresses: the probe's (its GID index), the target's
-/// (TARGET resolved; RoCE packets go to the same address) and its MAC.
-fn open_link(a: &TargetArgs, host: &str) -> Result<(Arc<dyn Link>, Addressing), CliError> {
+/// Opens the interface and makes the first guess at the addresses: the target's RoCE
+/// address taken to be TARGET resolved, and the probe's a GID of its IP version (or the one
+/// `-g` names). The target's program corrects the guess when it announces its own GID
+/// ([`Route::learn`]).
+fn open_link(a: &TargetArgs, host: &str) -> Result<(Arc<dyn Link>, Route), CliError> {
     use std::net::ToSocketAddrs;
     let dev = match &a.ib_dev {
         Some(name) => Device::by_name(name)?,
@@ -570,45 +583,55 @@ fn open_link(a: &TargetArgs, host: &str) -> Result<(Arc<dyn Link>, Addressing), 
         .next()
         .ok_or_else(|| format!("cannot resolve target '{host}'"))?;
     let gids = dev.gids();
-    let entry = match a.gid_idx {
-        Some(i) => gids.get(i).ok_or_else(|| {
-            format!(
-                "GID index {i} does not exist on {}: see `ferroce devinfo -v -d {}`",
-                dev.name(),
-                dev.name()
-            )
-        })?,
-        None => gids
-            .entries()
-            .iter()
-            .find(|e| e.addr.is_ipv4() == target_ip.is_ipv4())
+    let own: Vec<IpAddr> = gids
+        .entries()
+        .iter()
+        .map(|e| ferroce::net::gid::addr_of(e.gid))
+        .collect();
+    let ip = match a.gid_idx {
+        Some(i) => gids
+            .get(i)
+            .map(|e| ferroce::net::gid::addr_of(e.gid))
             .ok_or_else(|| {
                 format!(
-                    "{} has no address of the target's IP version ({target_ip}): add one, or pick another interface with -d",
+                    "GID index {i} does not exist on {}: see `ferroce devinfo -v -d {}`",
+                    dev.name(),
                     dev.name()
                 )
             })?,
+        None => route::pick_own(&own, target_ip).ok_or_else(|| {
+            format!(
+                "{} has no address of the target's IP version ({target_ip}): add one, or pick another interface with -d",
+                dev.name()
+            )
+        })?,
     };
-    let ip = ferroce::net::gid::addr_of(entry.gid);
-    if ip.is_ipv4() != target_ip.is_ipv4() {
-        return Err(format!(
-            "GID index {} is {ip}, the target is {target_ip}: pick a GID of the same IP version with -g",
-            entry.index
-        )
-        .into());
-    }
     let iface = dev.interface().clone();
-    let target_mac =
-        ferroce::net::neigh::resolve(iface.index, &iface.name, target_ip, Duration::from_secs(3))?;
+    let resolver = KernelResolver {
+        ifindex: iface.index,
+        ifname: iface.name.clone(),
+    };
+    // The out-of-band address is the first guess where it is of the probe's IP version
+    // (`-g` may have picked the other) and reachable on this interface; else the guess is
+    // "unknown" and the target's GID says (an unreachable one is reported then).
+    let first_guess = (ip.is_ipv4() == target_ip.is_ipv4())
+        .then(|| resolver.resolve(target_ip, Duration::from_secs(3)).ok())
+        .flatten();
+    let (target_ip, target_mac) = match first_guess {
+        Some(mac) => (target_ip, mac),
+        None if ip.is_ipv4() => (IpAddr::from([0u8; 4]), [0; 6]),
+        None => (IpAddr::from([0u16; 8]), [0; 6]),
+    };
     let mac = iface.mac;
     let link = PacketLink::open(iface)?;
+    let first = Addressing {
+        mac,
+        ip,
+        target_mac,
+        target_ip,
+    };
     Ok((
         Arc::new(link),
-        Addressing {
-            mac,
-            ip,
-            target_mac,
-            target_ip,
-        },
+        Route::new(first, own, a.gid_idx.is_some(), Arc::new(resolver)),
     ))
 }

@@ -6,7 +6,8 @@
 //!
 //! Layout: [`cases`] (the file format), [`expr`] (its arithmetic), [`peer`] (raw frames
 //! on a link), [`runner`] (one case on one connection), [`target`] (reaching a target
-//! program), [`local`] (ferroce itself in process), [`report`] (the verdict table).
+//! program), [`route`] (the target's RoCE address, as its program announces it),
+//! [`local`] (ferroce itself in process), [`report`] (the verdict table).
 
 pub mod cases;
 pub mod expr;
@@ -15,6 +16,7 @@ pub mod local;
 pub mod peer;
 pub mod report;
 pub mod repro;
+pub mod route;
 pub mod runner;
 pub mod target;
 
@@ -24,7 +26,8 @@ use std::sync::Arc;
 use ferroce::link::Link;
 
 use cases::Case;
-use peer::{Addressing, Peer};
+use peer::Peer;
+use route::{Learnt, Route};
 use runner::{Outcome, Verdict};
 use target::{Mine, Target};
 
@@ -46,13 +49,14 @@ pub fn run_suite(
     cases: &[Case],
     target: &mut dyn Target,
     link: &Arc<dyn Link>,
-    addr: Addressing,
+    route: impl Into<Route>,
     opts: &SuiteOptions,
     progress: &mut dyn FnMut(&Case, &Outcome),
 ) -> Vec<Outcome> {
+    let mut route = route.into();
     let mut out = Vec::with_capacity(cases.len());
     for case in cases {
-        let o = run_one(case, target, link, addr, opts);
+        let o = run_one(case, target, link, &mut route, opts);
         progress(case, &o);
         out.push(o);
     }
@@ -63,7 +67,7 @@ fn run_one(
     case: &Case,
     target: &mut dyn Target,
     link: &Arc<dyn Link>,
-    addr: Addressing,
+    route: &mut Route,
     opts: &SuiteOptions,
 ) -> Outcome {
     // A case that ends before its first step.
@@ -89,7 +93,7 @@ fn run_one(
             case.needs.name()
         )));
     }
-    let (mut peer, connected) = match connect_fresh(target, link, addr, case.needs) {
+    let (mut peer, connected) = match connect_fresh(target, link, route, case.needs) {
         Ok(c) => c,
         Err(e) => return early(Verdict::Error(e)),
     };
@@ -121,31 +125,45 @@ fn run_one(
 /// case, fuzz round and health check starts from); answers left over from an earlier
 /// connection are drained, and only then may a target that sends of its own accord
 /// start (`Connected::start`): a drain would otherwise drop its first request.
+///
+/// The target's program announces its RoCE address (its GID) in the exchange; `route`
+/// learns it, and when the probe's own GID had to change to the target's IP version the
+/// connection is made once more with the new one.
 pub(crate) fn connect_fresh(
     target: &mut dyn Target,
     link: &Arc<dyn Link>,
-    addr: Addressing,
+    route: &mut Route,
     needs: cases::Needs,
 ) -> Result<(Peer, target::Connected), String> {
-    let qpn = pick_qpn(link.as_ref());
-    let mut peer = Peer::new(link.clone(), addr, qpn);
-    let mine = Mine {
-        qpn,
-        psn: random24(),
-        gid: peer.gid(),
-    };
-    let mut connected = target.connect(mine, needs)?;
-    if ferroce::net::gid::addr_of(connected.gid) != addr.target_ip {
-        return Err(format!(
-            "the target's GID {} is not at {} (use the target's RoCE address)",
-            connected.gid, addr.target_ip
-        ));
+    for _ in 0..2 {
+        let qpn = pick_qpn(link.as_ref());
+        let peer = Peer::new(link.clone(), route.addr, qpn);
+        let mine = Mine {
+            qpn,
+            psn: random24(),
+            gid: peer.gid(),
+        };
+        let mut connected = target.connect(mine, needs)?;
+        let mut peer = match route.learn(connected.gid)? {
+            Learnt::Same => peer,
+            Learnt::Target => Peer::new(link.clone(), route.addr, qpn),
+            Learnt::Own => {
+                if let Some(close) = connected.close.take() {
+                    close();
+                }
+                continue;
+            }
+        };
+        let _ = peer.drain();
+        if let Some(start) = connected.start.take() {
+            start();
+        }
+        return Ok((peer, connected));
     }
-    let _ = peer.drain();
-    if let Some(start) = connected.start.take() {
-        start();
-    }
-    Ok((peer, connected))
+    Err(format!(
+        "the target announced a GID of another IP version than {} twice",
+        route.addr.ip
+    ))
 }
 
 /// A QP number the link delivers to this process: on a shared interface, in a block this

@@ -14,7 +14,7 @@ use ferroce_wire::frame::{finalize, DatagramRepr, EthernetRepr, Frame, FrameRepr
 use ferroce_wire::{BthRepr, ExtRepr, IbRepr, Opcode, Syndrome};
 
 /// The two ends' addresses.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Addressing {
     /// The probe's MAC and IP.
     pub mac: [u8; 6],

@@ -259,7 +259,15 @@ impl OobTarget {
                     gid: mine.gid,
                 },
             )
-            .map_err(|e| format!("pingpong exchange: {e}"))?;
+            .map_err(|e| {
+                // The server reads the probe's GID first and connects its QP to it: one
+                // that hangs up without an answer could not, as when its GID (-g) is of
+                // the other IP version (this probe cannot learn it before it sends).
+                format!(
+                    "pingpong exchange: {e} (a server that hangs up unanswered could not connect its QP to the probe's GID {}: is the server's -g of that IP version? else pick the probe's with -g)",
+                    mine.gid
+                )
+            })?;
             return Ok(Connected {
                 remote: Remote {
                     qpn: d.qpn,
@@ -296,6 +304,27 @@ impl OobTarget {
             srqn: 0,
         };
         let theirs = ctl.handshake(&key).map_err(ex)?;
+        let remote = Remote {
+            qpn: theirs.qpn,
+            epsn: mine.psn,
+            va: theirs.vaddr,
+            rkey: theirs.rkey,
+            size: self.size,
+            mtu: mtu_agreed.bytes(),
+            // perftest's default timeout 14.
+            timeout_ms: 67,
+        };
+        if theirs.gid.to_ipv4_mapped().is_some() != mine.gid.to_ipv4_mapped().is_some() {
+            // perftest gives up on a peer whose GID is of the other IP version, so the
+            // exchange ends here: the caller learns the target's GID from this and
+            // connects again with a probe GID of its version.
+            return Ok(Connected {
+                remote,
+                gid: theirs.gid,
+                close: None,
+                start: None,
+            });
+        }
         // The target connects its QP between these; the last follows its move to RTR.
         ctl.handshake(&key).map_err(ex)?;
         ctl.handshake(&key).map_err(ex)?;
@@ -308,16 +337,7 @@ impl OobTarget {
             let _ = ctl.finish(&key);
         };
         Ok(Connected {
-            remote: Remote {
-                qpn: theirs.qpn,
-                epsn: mine.psn,
-                va: theirs.vaddr,
-                rkey: theirs.rkey,
-                size: self.size,
-                mtu: mtu_agreed.bytes(),
-                // perftest's default timeout 14.
-                timeout_ms: 67,
-            },
+            remote,
             gid: theirs.gid,
             close: Some(Box::new(close)),
             start: None,

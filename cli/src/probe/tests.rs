@@ -107,7 +107,8 @@ fn what_the_target_sends_while_connecting_reaches_the_case() {
     }
     let (t, link, addr) = LocalTarget::new().unwrap();
     let mut t = Eager(t);
-    let (mut peer, connected) = connect_fresh(&mut t, &link, addr, cases::Needs::Reader).unwrap();
+    let (mut peer, connected) =
+        connect_fresh(&mut t, &link, &mut addr.into(), cases::Needs::Reader).unwrap();
     // Well before the target's ACK timer (268 ms) could send the READ a second time.
     let deadline = Instant::now() + Duration::from_millis(connected.remote.timeout_ms / 2);
     let first = peer.recv(deadline).unwrap();
@@ -368,4 +369,107 @@ steps = [ { send = "WRITE", len = 8, ecn = 3 }, { expect = "NOTHING", within_ms 
         .lines
         .iter()
         .any(|l| l.text == "transcript full: later lines dropped"));
+}
+
+/// A target whose program announces a GID of the other IP version than the one the probe
+/// guessed (run on GID 0, the IPv6 link-local address, while its exchange runs over
+/// IPv4): the probe ends that connection, connects once more from a GID of the
+/// target's version, and sends to the announced address. With `-g` (a fixed GID) it stops
+/// and says so instead.
+#[test]
+fn a_target_announcing_another_ip_version_is_reached_at_its_gid() {
+    use std::net::{IpAddr, Ipv6Addr};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use ferroce::link::MemoryLink;
+    use ferroce::net::neigh::StaticResolver;
+
+    use super::peer::Addressing;
+    use super::route::Route;
+    use super::runner::Remote;
+
+    struct Announcing {
+        gid: Ipv6Addr,
+        seen: Vec<Ipv6Addr>,
+        closed: Arc<AtomicUsize>,
+    }
+    impl target::Target for Announcing {
+        fn describe(&self) -> String {
+            "announces an IPv6 link-local GID".into()
+        }
+        fn offers(&self) -> &[cases::Needs] {
+            &[cases::Needs::Any]
+        }
+        fn connect(
+            &mut self,
+            mine: target::Mine,
+            _needs: cases::Needs,
+        ) -> Result<target::Connected, String> {
+            self.seen.push(mine.gid);
+            let closed = self.closed.clone();
+            Ok(target::Connected {
+                remote: Remote {
+                    qpn: 0x11,
+                    epsn: mine.psn,
+                    va: 0,
+                    rkey: 0,
+                    size: 0,
+                    mtu: 1024,
+                    timeout_ms: 67,
+                },
+                gid: self.gid,
+                close: Some(Box::new(move || {
+                    closed.fetch_add(1, Ordering::SeqCst);
+                })),
+                start: None,
+            })
+        }
+    }
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    let target_mac = [2, 0, 0, 0, 0, 2];
+    let first = Addressing {
+        mac: [2, 0, 0, 0, 0, 1],
+        ip: ip("10.0.0.1"),
+        target_mac,
+        target_ip: ip("10.0.0.2"),
+    };
+    let own = vec![ip("fe80::1"), ip("10.0.0.1")];
+    let resolver = Arc::new(StaticResolver::new([(ip("fe80::2"), target_mac)]));
+    let (link, _other) = MemoryLink::pair([2, 0, 0, 0, 0, 1], target_mac).unwrap();
+    let link: Arc<dyn ferroce::link::Link> = Arc::new(link);
+    let closed = Arc::new(AtomicUsize::new(0));
+    let mut t = Announcing {
+        gid: "fe80::2".parse().unwrap(),
+        seen: Vec::new(),
+        closed: closed.clone(),
+    };
+
+    let mut route = Route::new(first, own.clone(), false, resolver.clone());
+    let (peer, c) = connect_fresh(&mut t, &link, &mut route, cases::Needs::Any).unwrap();
+    let v4: Ipv6Addr = "::ffff:10.0.0.1".parse().unwrap();
+    let ll: Ipv6Addr = "fe80::1".parse().unwrap();
+    assert_eq!(
+        t.seen,
+        [v4, ll],
+        "the second connection announces the IPv6 GID"
+    );
+    assert_eq!(
+        closed.load(Ordering::SeqCst),
+        1,
+        "the first connection is ended"
+    );
+    assert_eq!(peer.gid(), ll);
+    assert_eq!(peer.addressing().target_ip, ip("fe80::2"));
+    assert_eq!(c.gid, t.gid);
+    // Later cases connect once each.
+    connect_fresh(&mut t, &link, &mut route, cases::Needs::Any).unwrap();
+    assert_eq!(t.seen.len(), 3);
+
+    let mut fixed = Route::new(first, own, true, resolver);
+    let e = connect_fresh(&mut t, &link, &mut fixed, cases::Needs::Any).unwrap_err();
+    assert!(
+        e.contains("pick a GID of the target's IP version with -g"),
+        "{e}"
+    );
 }

@@ -22,8 +22,9 @@ use ferroce::link::Link;
 use ferroce_wire::{Opcode, Psn};
 
 use super::cases::{self, Case, Needs};
-use super::peer::{Addressing, Dir, Peer};
+use super::peer::{Dir, Peer};
 use super::repro::{rebase, ConnInfo, Repro};
+use super::route::Route;
 use super::runner::{self, Remote, Verdict};
 use super::target::Target;
 
@@ -168,7 +169,7 @@ pub fn check_case(offers: &[Needs]) -> Case {
 pub struct Fuzzer<'a> {
     target: &'a mut dyn Target,
     link: Arc<dyn Link>,
-    addr: Addressing,
+    route: Route,
     check: Case,
     answer_ms: u64,
     /// Kernel log watch (`--kmsg`).
@@ -181,7 +182,9 @@ pub struct Fuzzer<'a> {
 
 impl std::fmt::Debug for Fuzzer<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Fuzzer").field("addr", &self.addr).finish()
+        f.debug_struct("Fuzzer")
+            .field("route", &self.route)
+            .finish()
     }
 }
 
@@ -190,14 +193,14 @@ impl<'a> Fuzzer<'a> {
     pub fn new(
         target: &'a mut dyn Target,
         link: Arc<dyn Link>,
-        addr: Addressing,
+        route: impl Into<Route>,
         answer_ms: u64,
     ) -> Fuzzer<'a> {
         let check = check_case(target.offers());
         Fuzzer {
             target,
             link,
-            addr,
+            route: route.into(),
             check,
             answer_ms,
             kmsg: None,
@@ -219,7 +222,7 @@ impl<'a> Fuzzer<'a> {
     /// Connects a fresh QP of the target to a fresh one of the probe.
     fn connect(&mut self) -> Result<(Peer, Remote, Option<Closer>), String> {
         self.connections += 1;
-        let (peer, c) = super::connect_fresh(self.target, &self.link, self.addr, Needs::Any)?;
+        let (peer, c) = super::connect_fresh(self.target, &self.link, &mut self.route, Needs::Any)?;
         Ok((peer, c.remote, c.close))
     }
 
@@ -384,9 +387,10 @@ impl<'a> Fuzzer<'a> {
 
     /// Sends `frames` (recorded on connection `from`) again on a fresh connection.
     pub fn replay(&mut self, frames: &[Vec<u8>], from: &ConnInfo) -> Attempt {
-        let addr = self.addr;
         self.attempt(&mut |peer, remote| {
             let to = conn_info(remote, peer.qpn);
+            // The addresses of this connection: the target's GID is learnt as it connects.
+            let addr = *peer.addressing();
             frames.iter().map(|f| rebase(f, from, &to, &addr)).collect()
         })
     }
@@ -445,14 +449,14 @@ fn finish_pingpong(peer: &mut Peer, remote: &Remote, n: usize, wait: Duration) {
 pub fn run(
     target: &mut dyn Target,
     link: Arc<dyn Link>,
-    addr: Addressing,
+    route: impl Into<Route>,
     opts: &FuzzOptions,
     templates: Vec<mutate::Template>,
     kmsg: Option<kmsg::Kmsg>,
     progress: &mut dyn FnMut(&str),
 ) -> Result<FuzzReport, String> {
     let t0 = Instant::now();
-    let mut fz = Fuzzer::new(target, link, addr, opts.answer_ms);
+    let mut fz = Fuzzer::new(target, link, route, opts.answer_ms);
     // A target that is unwell before the first round is a set-up problem, not a finding.
     if let Err(s) = fz.health() {
         return Err(format!(
