@@ -8,7 +8,8 @@ use std::sync::{Mutex, PoisonError};
 use ferroce::verbs::{Error, MemoryRegion, QueuePair};
 use ferroce_transport::Error as TransportError;
 use ferroce_transport::{
-    Access, AddressVector, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, SendWr, MAX_INLINE,
+    Access, AddressVector, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType, SendWr, GID_FAMILIES,
+    MAX_INLINE,
 };
 
 use crate::context::ctx_of;
@@ -350,9 +351,16 @@ pub unsafe extern "C" fn ibv_modify_qp(
             }
             Err(e) => {
                 tracing::debug!(qpn = q.inner.qpn(), error = %e, "ibv_modify_qp refused");
-                if matches!(e, Error::Transport(TransportError::InvalidAttr("path_mtu"))) {
-                    // SAFETY: live QP; its context pointer is checked by ctx_of.
-                    path_mtu_hint(cur.path_mtu, ctx_of(unsafe { (*qp).context }));
+                // SAFETY: live QP; its context pointer is checked by ctx_of.
+                let c = ctx_of(unsafe { (*qp).context });
+                match e {
+                    Error::Transport(TransportError::InvalidAttr("path_mtu")) => {
+                        path_mtu_hint(cur.path_mtu, c)
+                    }
+                    Error::Transport(TransportError::InvalidAttr(GID_FAMILIES)) => {
+                        gid_family_hint(&cur.av, c)
+                    }
+                    _ => {}
                 }
                 errno_of(&e)
             }
@@ -371,6 +379,28 @@ fn path_mtu_hint(asked: Mtu, c: Option<&crate::context::Ctx>) {
     eprintln!(
         "ferroce: path MTU {asked} is above {}'s active MTU {active} (interface MTU {}): ask for {active} or less (e.g. -m {active}), or raise the interface's MTU",
         a.name, a.netdev_mtu
+    );
+}
+
+/// One line on stderr when a program connects its QP from a GID of one IP version to a
+/// GID of the other, as when the two ends were started with different `-g` / `-x`
+/// indexes: ferroce refuses it (no packet could go from one to the other), and the
+/// program itself says only "Failed to modify QP to RTR".
+fn gid_family_hint(av: &AddressVector, c: Option<&crate::context::Ctx>) {
+    let Some(c) = c else { return };
+    let a = c.inner.attr();
+    let version = |mapped: bool| if mapped { "IPv4" } else { "IPv6" };
+    let theirs = av.dest_gid;
+    let ours = a.gids.get(usize::from(av.sgid_index));
+    let Some(ours) = ours else { return };
+    eprintln!(
+        "ferroce: the remote GID {theirs} is {} but {}'s GID index {} is {} ({}): start both ends with GID indexes of the same IP version (-g / -x; `ibv_devinfo -v -d {}` lists them)",
+        version(theirs.to_ipv4_mapped().is_some()),
+        a.name,
+        av.sgid_index,
+        version(ours.gid.to_ipv4_mapped().is_some()),
+        ours.gid,
+        a.name
     );
 }
 

@@ -183,6 +183,22 @@ if [ "$src" != 0 ] && [ "$src" != 124 ] && [ "$rc" != 0 ] && [ "$rc" != none ] &
   ok mtu-above-active "server exit $src: $(grep -h "^ferroce: path MTU" "$e.server")"
 else ko mtu-above-active "server exit $src, client exit $rc (124: timed out), $n lines '$want...' (expected 1)" "$e.server" "$e.client"; fi
 
+# The two ends started on GIDs of different IP versions (the server on GID 0, its IPv6
+# link-local address; the client on IPv4): no packet could pass between them, so the
+# server's modify to RTR is refused, and the library says on one stderr line why.
+e=$out/gid-family-mismatch
+in_ns $B 20 ibv_rc_pingpong -d $IB -g 0 -p 18542 >"$e.server" 2>&1 &
+sp=$!
+if wait_port $B 18542 $sp; then
+  in_ns $A 20 ibv_rc_pingpong -d $IA -g "$GA" -p 18542 $SERVER >"$e.client" 2>&1; rc=$?
+else rc=none; : >"$e.client"; fi
+wait $sp; src=$?
+want="ferroce: the remote GID ::ffff:10.89.0.1 is IPv4 but $IB's GID index 0 is IPv6 (fe80::"
+n=$(grep -cF "$want" "$e.server")
+if [ "$src" != 0 ] && [ "$src" != 124 ] && [ "$rc" != 0 ] && [ "$rc" != none ] && [ "$n" = 1 ] && grep -q 'Failed to modify QP to RTR' "$e.server"; then
+  ok gid-family-mismatch "server exit $src: $(grep -h "^ferroce: the remote GID" "$e.server")"
+else ko gid-family-mismatch "server exit $src, client exit $rc (124: timed out), $n lines '$want...' (expected 1)" "$e.server" "$e.client"; fi
+
 # --- veth MTU 9000: RoCE MTU 4096 ----------------------------------------------------
 ip -n $A link set $IA mtu 9000; ip -n $B link set $IB mtu 9000
 pair rc-m4096-s65536-chk 18531 pingpong -g ibv_rc_pingpong -m 4096 -c -s 65536 -n 50

@@ -80,7 +80,7 @@ pub use endpoint::{
 pub use error::{Error, Result};
 pub use memory::{in_bounds, AtomicOp, OwnedMemory, RegionMemory};
 pub use mr::{next_rkey, Access, MrError, MrInfo, MwBind, MwId, MwType};
-pub use qp::{ack_timeout, rc_src_port, ud_src_port, MAX_RD_ATOMIC};
+pub use qp::{ack_timeout, rc_src_port, ud_src_port, GID_FAMILIES, MAX_RD_ATOMIC};
 pub use qpn::{qpn_block, QPN_BLOCKS, QPN_BLOCK_BITS, QPN_BLOCK_SIZE};
 pub use random::{seeded_fill, FillRandom};
 pub use time::Instant;

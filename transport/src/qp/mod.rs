@@ -656,15 +656,17 @@ impl Qp {
     }
 }
 
+/// What [`check_av`] refuses an address vector whose two GIDs are of different IP
+/// versions with (`InvalidAttr`'s text), so that callers can say what to do about it.
+pub const GID_FAMILIES: &str = "av: source and destination GID families differ";
+
 /// An address vector must name an existing source GID of the same IP family.
 pub(crate) fn check_av(av: &crate::verbs::AddressVector, gids: &[Ipv6Addr]) -> Result<()> {
     let sgid = gids
         .get(usize::from(av.sgid_index))
         .ok_or(Error::InvalidAttr("sgid_index"))?;
     if sgid.to_ipv4_mapped().is_some() != av.dest_gid.to_ipv4_mapped().is_some() {
-        return Err(Error::InvalidAttr(
-            "av: source and destination GID families differ",
-        ));
+        return Err(Error::InvalidAttr(GID_FAMILIES));
     }
     if av.dest_gid.is_unspecified() {
         return Err(Error::InvalidAttr("av: unspecified destination GID"));
