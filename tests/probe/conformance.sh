@@ -23,14 +23,17 @@ probe_setup "$STACK" || exit 1
 
 echo "probe: $STACK target at $TIP; $("$F" --version)"
 # write-bw-gid0: the server on GID 0 (its IPv6 link-local address) while the probe
-# reaches it over IPv4 and picks no GID: the probe must learn the target's RoCE address
-# from its exchange and answer from an IPv6 GID of its own. A few cases show it; the full
-# suite runs above.
+# reaches it over IPv4: the probe must send to the GID the server announces. ferroce's
+# server announces its GID whatever the probe's, so there the probe picks no GID and must
+# move to an IPv6 one of its own; Debian's ib_write_bw (rxe) quits on a probe GID of the
+# other version before announcing its own, so there the probe is given its GID 0. A few
+# cases show it; the full suite runs above.
 for via in ${PROBE_PROGRAMS:-pingpong write-bw read-bw atomic-bw read-bw-client write-bw-gid0}; do
   start_loop $via
   log=$out/$via.log
   only=()
   [ "$via" = write-bw-gid0 ] && only=(--only duplicate-write-reacked,write-bad-rkey,ghost-ack-ignored)
+  [ "$via" = write-bw-gid0 ] && [ "$STACK" = rxe ] && only+=(-g 0)
   in_ns "$PNS" timeout 900 "$F" probe conformance --via "${via%-gid0}" -d $PDEV --stack "$STACK" \
     "${only[@]}" --connect-wait 90 --pcap "$out/pcaps-$via" --markdown "$out/$via.md" "$TIP" >"$log" 2>&1
   rc=$?

@@ -303,7 +303,14 @@ impl OobTarget {
             gid: mine.gid,
             srqn: 0,
         };
-        let theirs = ctl.handshake(&key).map_err(ex)?;
+        let theirs = ctl.handshake(&key).map_err(|e| {
+            // perftest reads the probe's GID first, and quits on one of the other IP
+            // version than its own before it says its own (Debian's, on rxe).
+            format!(
+                "perftest exchange: {e} (a server that hangs up here may be on a GID of the other IP version than the probe's {}: pick the probe's with -g)",
+                mine.gid
+            )
+        })?;
         let remote = Remote {
             qpn: theirs.qpn,
             epsn: mine.psn,
@@ -315,9 +322,9 @@ impl OobTarget {
             timeout_ms: 67,
         };
         if theirs.gid.to_ipv4_mapped().is_some() != mine.gid.to_ipv4_mapped().is_some() {
-            // perftest gives up on a peer whose GID is of the other IP version, so the
-            // exchange ends here: the caller learns the target's GID from this and
-            // connects again with a probe GID of its version.
+            // A server that announced a GID of the other IP version (ferroce's perf)
+            // cannot use the probe's: the exchange ends here, and the caller learns the
+            // target's GID from this and connects again from a GID of its version.
             return Ok(Connected {
                 remote,
                 gid: theirs.gid,
