@@ -5,9 +5,9 @@
 //! need not be alike: a program run on an IPv6 GID (`-x 0`, the link-local one) is still
 //! reached over IPv4; a lab may run the exchange over a management network. So the first guess (the out-of-band address, and a probe GID of its
 //! IP version) is corrected by what the target announces: another address of the same IP
-//! version only needs its MAC address looked up; another IP version needs a probe GID of
-//! that version, which the target must learn, so the probe connects once more. A GID the
-//! user chose with `-g` is never changed.
+//! version and scope only needs its MAC address looked up; another IP version (or IPv6
+//! scope) needs a probe GID of that version, which the target must learn, so the probe
+//! connects once more. A GID the user chose with `-g` is never changed.
 
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
@@ -91,7 +91,7 @@ impl Route {
         if theirs == self.addr.target_ip {
             return Ok(Learnt::Same);
         }
-        let own = if theirs.is_ipv4() == self.addr.ip.is_ipv4() {
+        let own = if self.fixed && theirs.is_ipv4() == self.addr.ip.is_ipv4() {
             self.addr.ip
         } else if self.fixed {
             return Err(format!(
@@ -140,7 +140,8 @@ fn link_local(ip: IpAddr) -> bool {
 }
 
 /// The probe's address to talk to `theirs` from: of its IP version, and for IPv6 of its
-/// scope (link-local to link-local, else a wider one) where the probe has one.
+/// scope (link-local to link-local, else a wider one) where the probe has one, so that
+/// the target's answers need no route the link-local address lacks.
 pub fn pick_own(own: &[IpAddr], theirs: IpAddr) -> Option<IpAddr> {
     let same_version = || own.iter().filter(|a| a.is_ipv4() == theirs.is_ipv4());
     same_version()
@@ -214,6 +215,25 @@ mod tests {
         assert_eq!(r.addr.ip, ip("fe80::1"));
         assert_eq!(r.addr.target_ip, ip("fe80::2"));
         assert_eq!(r.learn(ip_gid("fe80::2")), Ok(Learnt::Same));
+    }
+
+    #[test]
+    fn a_link_local_target_is_answered_from_the_link_local_gid() {
+        let mut r = route(
+            addressing("fd00::1", "fd00::2"),
+            false,
+            &[("fe80::2", [2, 0, 0, 0, 0, 2])],
+        );
+        assert_eq!(r.learn(ip_gid("fe80::2")), Ok(Learnt::Own));
+        assert_eq!(r.addr.ip, ip("fe80::1"));
+        // Chosen with -g, the global one stays.
+        let mut r = route(
+            addressing("fd00::1", "fd00::2"),
+            true,
+            &[("fe80::2", [2, 0, 0, 0, 0, 2])],
+        );
+        assert_eq!(r.learn(ip_gid("fe80::2")), Ok(Learnt::Target));
+        assert_eq!(r.addr.ip, ip("fd00::1"));
     }
 
     #[test]
