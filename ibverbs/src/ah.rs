@@ -49,7 +49,12 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
                 };
                 handles::insert(Box::new(Ah { ibv, av, inner }), Kind::Ah).cast()
             }
-            Err(e) => null_with(errno_of(&e)),
+            Err(e) => {
+                if let ferroce::verbs::Error::Resolve(r) = &e {
+                    crate::hint::unreachable(av.dest_gid, r);
+                }
+                null_with(errno_of(&e))
+            }
         }
     })
 }

@@ -20,6 +20,7 @@ mod exports;
 pub mod ffi;
 mod guard;
 mod handles;
+mod hint;
 mod mr;
 mod mw;
 mod open;

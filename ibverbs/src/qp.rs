@@ -17,6 +17,7 @@ use crate::cq::cq_of;
 use crate::ffi::*;
 use crate::guard::{catch, errno_of, null_with};
 use crate::handles::{self, Kind};
+use crate::hint;
 use crate::pd::pd_of;
 use crate::srq::srq_of;
 
@@ -353,55 +354,20 @@ pub unsafe extern "C" fn ibv_modify_qp(
                 tracing::debug!(qpn = q.inner.qpn(), error = %e, "ibv_modify_qp refused");
                 // SAFETY: live QP; its context pointer is checked by ctx_of.
                 let c = ctx_of(unsafe { (*qp).context });
-                match e {
+                match &e {
                     Error::Transport(TransportError::InvalidAttr("path_mtu")) => {
-                        path_mtu_hint(cur.path_mtu, c)
+                        hint::path_mtu(cur.path_mtu, c)
                     }
                     Error::Transport(TransportError::InvalidAttr(GID_FAMILIES)) => {
-                        gid_family_hint(&cur.av, c)
+                        hint::gid_families(&cur.av, c)
                     }
+                    Error::Resolve(r) => hint::unreachable(cur.av.dest_gid, r),
                     _ => {}
                 }
                 errno_of(&e)
             }
         }
     })
-}
-
-/// One line on stderr when a program asks for a path MTU above the port's active MTU,
-/// a mistake the program's own message ("Failed to modify QP to RTR") does not name: as
-/// a RoCE NIC does, ferroce refuses it rather than send packets the interface cannot
-/// carry.
-fn path_mtu_hint(asked: Mtu, c: Option<&crate::context::Ctx>) {
-    let Some(c) = c else { return };
-    let a = c.inner.attr();
-    let (asked, active) = (asked.bytes(), a.active_mtu.bytes());
-    eprintln!(
-        "ferroce: path MTU {asked} is above {}'s active MTU {active} (interface MTU {}): ask for {active} or less (e.g. -m {active}), or raise the interface's MTU",
-        a.name, a.netdev_mtu
-    );
-}
-
-/// One line on stderr when a program connects its QP from a GID of one IP version to a
-/// GID of the other, as when the two ends were started with different `-g` / `-x`
-/// indexes: ferroce refuses it (no packet could go from one to the other), and the
-/// program itself says only "Failed to modify QP to RTR".
-fn gid_family_hint(av: &AddressVector, c: Option<&crate::context::Ctx>) {
-    let Some(c) = c else { return };
-    let a = c.inner.attr();
-    let version = |mapped: bool| if mapped { "IPv4" } else { "IPv6" };
-    let theirs = av.dest_gid;
-    let ours = a.gids.get(usize::from(av.sgid_index));
-    let Some(ours) = ours else { return };
-    eprintln!(
-        "ferroce: the remote GID {theirs} is {} but {}'s GID index {} is {} ({}): start both ends with GID indexes of the same IP version (-g / -x; `ibv_devinfo -v -d {}` lists them)",
-        version(theirs.to_ipv4_mapped().is_some()),
-        a.name,
-        av.sgid_index,
-        version(ours.gid.to_ipv4_mapped().is_some()),
-        ours.gid,
-        a.name
-    );
 }
 
 #[export_name = "__ferroce_ibv_query_qp"]

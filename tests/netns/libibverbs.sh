@@ -266,5 +266,28 @@ n=$(grep -ciE 'CAP_NET_RAW|setcap' "$e.stderr")
 if [ $rc != 0 ] && [ $rc != 124 ] && [ "$n" = 1 ]; then ok no-cap-net-raw "exit $rc: $(grep -iE 'CAP_NET_RAW|setcap' "$e.stderr")"
 else ko no-cap-net-raw "exit $rc (124: timed out), $n stderr lines name CAP_NET_RAW/setcap (expected 1)" "$e.stderr" "$e.stdout"; fi
 
+# A remote GID no neighbour answers for: B's GID 0 (the link-local address its MAC gives)
+# once B's kernel makes its own link-local address instead (addr_gen_mode 3, random, as
+# stable-privacy does). The client's modify to RTR fails, and the library says on one
+# stderr line which peer did not answer and why GID 0 may not be there. (Last: B's
+# addresses change.)
+e=$out/gid0-unreachable
+ip netns exec $B sysctl -qw net.ipv6.conf.$IB.addr_gen_mode=3
+ip -n $B link set $IB down; ip -n $B link set $IB up
+for _ in $(seq 1 100); do settled $B $IB && break; sleep 0.1; done
+gid0=$(ip netns exec $B "$F" devinfo -d $IB -v | sed -n 's/.*GID\[ *0\]:[[:space:]]*\([0-9a-f:]*\),.*/\1/p')
+in_ns $B 30 ibv_rc_pingpong -d $IB -g 0 -p 18543 >"$e.server" 2>&1 &
+sp=$!
+if wait_port $B 18543 $sp; then
+  in_ns $A 20 ibv_rc_pingpong -d $IA -g 0 -p 18543 $SERVER >"$e.client" 2>&1; rc=$?
+else rc=none; : >"$e.client"; fi
+kill $sp 2>/dev/null; wait $sp 2>/dev/null
+want="ferroce: peer $gid0 is unreachable from $IA (no ARP/ND answer)"
+n=$(grep -cF "$want" "$e.client")
+if [ -n "$gid0" ] && [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ "$rc" != none ] && [ "$n" = 1 ] &&
+  grep -q "GID 0 is its MAC's link-local address" "$e.client" && grep -q 'Failed to modify QP to RTR' "$e.client"; then
+  ok gid0-unreachable "client exit $rc: $(grep -h "^ferroce: peer" "$e.client" | cut -c1-100)..."
+else ko gid0-unreachable "client exit $rc (124: timed out), $n lines '$want' (expected 1)" "$e.client" "$e.server"; fi
+
 echo "libibverbs: $pass passed, $fail failed"
 [ $fail = 0 ]
