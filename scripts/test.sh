@@ -20,6 +20,8 @@ command -v tshark >/dev/null 2>&1 || need_pkgs="$need_pkgs tshark"
 [ -f /usr/include/infiniband/verbs.h ] || need_pkgs="$need_pkgs libibverbs-dev"
 command -v ibv_rc_pingpong >/dev/null 2>&1 || need_pkgs="$need_pkgs ibverbs-utils"
 command -v ib_write_bw >/dev/null 2>&1 || need_pkgs="$need_pkgs perftest"
+# UCX's own tools on ferroce's library (tests/netns/ucx.sh).
+command -v ucx_perftest >/dev/null 2>&1 || need_pkgs="$need_pkgs ucx-utils"
 /usr/bin/python3 -c 'import pyverbs' 2>/dev/null || need_pkgs="$need_pkgs python3-pyverbs"
 command -v objdump >/dev/null 2>&1 || need_pkgs="$need_pkgs binutils"
 # A TrueType font for the DCQCN test's plot (cli/examples/dcqcn_report.rs).

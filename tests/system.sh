@@ -6,7 +6,8 @@
 #           (tests/netns/run.sh)
 #   libibverbs  unmodified ibverbs-utils and perftest binaries on ferroce's libibverbs.so.1
 #           (`ferroce exec`) between two network namespaces over veth, on this host
-#           (tests/netns/libibverbs.sh); then rdma-core's own test suite on it
+#           (tests/netns/libibverbs.sh); UCX's ucx_info and ucx_perftest over rc_verbs
+#           (tests/netns/ucx.sh); then rdma-core's own test suite on it
 #           (tests/rdma_core/run.sh); then many processes on one interface: server and
 #           client on one veth end and on lo (ferroce's tools and, on the library, Debian's
 #           ib_write_bw, ib_send_lat, ibv_rc_pingpong), an 8-process all-to-all mesh with
@@ -86,6 +87,8 @@ libdir=$out/lib; mkdir -p "$libdir"
 if (cd "$root" && cargo build --release --quiet -p ferroce-ibverbs --lib); then
   cp "$(dirname "$bin")/libibverbs.so" "$libdir/libibverbs.so.1"
   OUT=$out bash "$here/netns/libibverbs.sh" "$bin" | tee "$out/libibverbs.txt"
+  echo "[system] UCX's ucx_info and ucx_perftest on ferroce's libibverbs"
+  OUT=$out bash "$here/netns/ucx.sh" "$bin" | tee "$out/ucx.txt"
   echo "[system] rdma-core's own test suite on ferroce's libibverbs"
   OUT=$out bash "$here/rdma_core/run.sh" "$bin" | tee "$out/rdma-core.txt"
   echo "[system] the UDP GSO data path between two namespaces"

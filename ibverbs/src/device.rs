@@ -46,7 +46,7 @@ fn device_for(d: &Device) -> *mut ibv_device {
             ibv.node_type = IBV_NODE_CA;
             ibv.transport_type = IBV_TRANSPORT_IB;
             copy_str(&mut ibv.name, d.name());
-            copy_str(&mut ibv.dev_name, &format!("ferroce-{}", d.name()));
+            copy_str(&mut ibv.dev_name, &d.dev_name());
             copy_str(&mut ibv.dev_path, "/sys/class/infiniband_verbs/ferroce");
             copy_str(
                 &mut ibv.ibdev_path,

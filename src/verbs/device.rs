@@ -48,6 +48,13 @@ impl Device {
         &self.iface.name
     }
 
+    /// The device's kernel-side name (`ibv_device.dev_name`, `uverbsN` on a kernel
+    /// driver): `ferroce-` and the interface's name. `ferroce exec` puts a node of this
+    /// name in the program's `/dev/infiniband`, where UCX looks for one.
+    pub fn dev_name(&self) -> String {
+        format!("ferroce-{}", self.name())
+    }
+
     /// The interface behind it.
     pub fn interface(&self) -> &Interface {
         &self.iface

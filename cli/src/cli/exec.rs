@@ -3,7 +3,9 @@
 //!
 //! The program is exec'd in place of this process, with the directory of ferroce's library
 //! first on `LD_LIBRARY_PATH`, and with CAP_NET_RAW passed on as an ambient capability when
-//! this process holds it in its permitted set (root, or `setcap cap_net_raw+p` on ferroce).
+//! this process holds it in its permitted set (root, or `setcap cap_net_raw+p` on ferroce);
+//! as root, in a mount namespace whose `/dev/infiniband` has a node per device (UCX needs
+//! one to take a device).
 
 use std::ffi::{OsStr, OsString};
 use std::io::ErrorKind;
@@ -48,7 +50,11 @@ rebuild): exec then raises CAP_NET_RAW into its inheritable and ambient sets, so
 (and whatever PROGRAM runs) holds it. Without it PROGRAM still runs and fails to open a
 device, saying so. A ferroce with file capabilities runs in the dynamic loader's secure
 mode, which removes LD_LIBRARY_PATH (and TMPDIR, ...) from its environment: PROGRAM then
-gets ferroce's library directory alone on its library path.";
+gets ferroce's library directory alone on its library path.
+
+UCX takes a device only when /dev/infiniband/<dev_name> is a device node: as root, PROGRAM
+runs in a mount namespace of its own whose /dev/infiniband holds one per ferroce device
+(/dev/null under the name ferroce-IFACE); the host's /dev is left as it is.";
 
 #[derive(Debug, Args)]
 pub struct ExecArgs {
@@ -76,6 +82,12 @@ pub fn run(a: ExecArgs) -> Result<ExitCode, CliError> {
         .command
         .split_first()
         .ok_or("exec: no program given: `ferroce exec -- PROGRAM ARGS...`")?;
+    match device_nodes(&ferroce::verbs::Device::list()) {
+        Ok(n) => tracing::debug!(nodes = n, "device nodes in the program's /dev/infiniband"),
+        // Not root (no CAP_SYS_ADMIN for a mount namespace): programs on libibverbs alone
+        // run as before; UCX does not see the devices.
+        Err(e) => tracing::debug!("no device nodes for the program: {e}"),
+    }
     let err = std::process::Command::new(program)
         .args(args)
         .env("LD_LIBRARY_PATH", path)
@@ -186,6 +198,66 @@ pub fn library_path(dir: &Path, old: Option<&OsStr>) -> Result<OsString, CliErro
         p.push(old);
     }
     Ok(p)
+}
+
+/// Where RDMA device nodes live, and where UCX looks for one per device.
+const DEV_DIR: &str = "/dev/infiniband";
+
+/// Gives the program a `/dev/infiniband` holding a node for each ferroce device.
+///
+/// UCX (and so Open MPI, and what else runs on it) takes an RDMA device only when
+/// `/dev/infiniband/<dev_name>` is a character device it may open for reading and
+/// writing: the node a kernel driver makes. ferroce has no kernel driver, and its library
+/// never opens such a node. So, where this process may (CAP_SYS_ADMIN: root), the program
+/// gets a mount namespace of its own, in which a fresh tmpfs on `/dev/infiniband` holds
+/// `/dev/null` bound under each device's name. The host's view is untouched and the
+/// namespace ends with the program and its children; only a missing `/dev/infiniband`
+/// is made, empty, on the host, as a kernel RDMA module would make it. Returns the
+/// number of nodes.
+fn device_nodes(devices: &[ferroce::verbs::Device]) -> Result<usize, String> {
+    use nix::mount::{mount, MsFlags};
+    use nix::sched::{unshare, CloneFlags};
+    if devices.is_empty() {
+        return Ok(0);
+    }
+    unshare(CloneFlags::CLONE_NEWNS).map_err(|e| format!("unshare(CLONE_NEWNS): {e}"))?;
+    // Mounts made from here on stay in this namespace.
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(|e| format!("making / private: {e}"))?;
+    match std::fs::create_dir(DEV_DIR) {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("creating {DEV_DIR}: {e}")),
+    }
+    mount(
+        Some("tmpfs"),
+        DEV_DIR,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        Some("mode=755,size=64k"),
+    )
+    .map_err(|e| format!("tmpfs on {DEV_DIR}: {e}"))?;
+    let mut n = 0;
+    for d in devices {
+        let node = Path::new(DEV_DIR).join(d.dev_name());
+        std::fs::File::create(&node).map_err(|e| format!("{}: {e}", node.display()))?;
+        mount(
+            Some("/dev/null"),
+            &node,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(|e| format!("/dev/null on {}: {e}", node.display()))?;
+        n += 1;
+    }
+    Ok(n)
 }
 
 /// Raises CAP_NET_RAW into this thread's inheritable and ambient sets when it is in the

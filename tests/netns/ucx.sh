@@ -1,0 +1,74 @@
+#!/bin/bash
+# UCX (Debian's ucx-utils, as they are) on ferroce's libibverbs through `ferroce exec`,
+# between two network namespaces joined by a veth pair. UCX takes an RDMA device only when
+# /dev/infiniband/<dev_name> is a character device it may open; `ferroce exec` gives the
+# program a mount namespace with one per ferroce device (cli/src/cli/exec.rs).
+#   ucx_info -d            lists ferroce's device with UCX's rc_verbs transport
+#   ucx_perftest           put latency, put bandwidth (zero-copy RDMA WRITE), active-message
+#                          latency and atomic add latency over rc_verbs, each to its "Final" line
+#   afterwards             no ferroce node left in the host's /dev/infiniband
+# ucx_perftest's server takes the client's device name, so both ends' interfaces are
+# named eth1: each server in ux-b (10.88.0.2), each client in ux-a (10.88.0.1).
+#   tests/netns/ucx.sh [FERROCE_BINARY]   (needs root: namespaces, veth, mounts)
+# Prints PASS/FAIL lines and "ucx: N passed, M failed"; exit 0 iff all pass.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=tests/netns/lib.sh
+. "$here/lib.sh" "$@"
+A=ux-a B=ux-b IF=eth1 SERVER=10.88.0.2
+out=${OUT:-$root/target}/ucx; rm -rf "$out"; mkdir -p "$out"
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "PASS $1${2:+: $2}"; }
+ko() {  # NAME WHY FILE...: the FAIL line, then the tail of each file
+  fail=$((fail + 1)); echo "FAIL $1: $2"; shift 2
+  for f in "$@"; do tail -n 12 "$f" 2>/dev/null | sed "s/^/    $(basename "$f"): /"; done
+}
+if ! command -v ucx_perftest >/dev/null; then
+  echo "FAIL ucx-utils: ucx_perftest is not installed (Debian package ucx-utils)"; echo "ucx: 0 passed, 1 failed"; exit 1
+fi
+cleanup() { for ns in $A $B; do ip netns del "$ns" 2>/dev/null; done; true; }
+trap cleanup EXIT
+cleanup
+if ! { ip netns add $A && ip netns add $B; }; then echo "cannot create network namespaces (need root)"; exit 1; fi
+ip link add ux-a0 netns $A type veth peer name ux-b0 netns $B
+ip -n $A link set ux-a0 name $IF; ip -n $B link set ux-b0 name $IF
+ip -n $A addr add 10.88.0.1/24 dev $IF; ip -n $B addr add $SERVER/24 dev $IF
+for ns in $A $B; do ip -n "$ns" link set lo up; ip -n "$ns" link set $IF up; done
+# UCX takes a port once it is active with its addresses settled (the IPv6 link-local one no
+# longer tentative), as it would find a NIC's some time after link-up.
+settled() { ip -n "$1" -6 addr show dev $IF scope link | grep -q inet6 && ! ip -n "$1" -6 addr show dev $IF | grep -q tentative; }
+for _ in $(seq 1 100); do settled $A && settled $B && break; sleep 0.1; done
+echo "ferroce: $("$F" --version); $(ucx_info -v | head -1)"
+
+e=$out/ucx_info
+ip netns exec $A timeout 60 "$F" exec -- ucx_info -d >"$e" 2>&1; rc=$?
+if [ $rc = 0 ] && grep -A1 'Transport: rc_verbs' "$e" | grep -q "Device: $IF:1"; then
+  ok ucx_info-rc_verbs "$(grep -c 'Transport:' "$e") transports, rc_verbs on $IF:1"
+else ko ucx_info-rc_verbs "exit $rc, no rc_verbs transport on $IF:1" "$e"; fi
+
+# NAME ARGS...: ucx_perftest's server in B, its client in A with ARGS; PASS on the
+# client's "Final:" line (iterations, latency, bandwidth, rate) and both exits 0.
+run() {
+  local name=$1 port=$((13337 + pass + fail)); shift
+  local e=$out/$name
+  ip netns exec $B timeout 60 "$F" exec -- ucx_perftest -p $port >"$e.server" 2>&1 &
+  local sp=$!
+  for _ in $(seq 1 100); do ip netns exec $B ss -ltn | grep -q ":$port\b" && break; sleep 0.05; done
+  ip netns exec $A timeout 60 "$F" exec -- ucx_perftest -p $port $SERVER -d $IF:1 "$@" >"$e.client" 2>&1; local rc=$?
+  wait $sp; local src=$?
+  local final; final=$(grep '^Final:' "$e.client" | tr -s ' ')
+  if [ $rc = 0 ] && [ $src = 0 ] && [ -n "$final" ]; then ok "$name" "$final"
+  else ko "$name" "client exit $rc, server exit $src (124: timed out), final '${final}'" "$e.client" "$e.server"; fi
+}
+run put_lat-rc -x rc_verbs -t put_lat -s 8 -n 10000
+run put_bw-rc-zcopy-64k -x rc_verbs -t put_bw -D zcopy -s 65536 -n 2000
+run am_lat-rc -x rc_verbs -t am_lat -s 8 -n 10000
+run add_lat-rc -x rc_verbs -t add_lat -n 10000
+
+# The nodes were in the programs' own mount namespaces: none is left on the host.
+left=$(ls /dev/infiniband 2>/dev/null | grep -c '^ferroce-')
+if [ "$left" = 0 ]; then ok nothing-left "no ferroce node in the host's /dev/infiniband"
+else ko nothing-left "$left ferroce nodes in the host's /dev/infiniband"; fi
+
+echo "ucx: $pass passed, $fail failed"
+[ $fail = 0 ]
