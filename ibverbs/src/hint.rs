@@ -54,10 +54,9 @@ pub(crate) fn gid_families(av: &AddressVector, c: Option<&Ctx>) {
 /// when it makes its own link-local address (stable-privacy or random, the default of
 /// many distributions); rxe and RoCE NICs list GID 0 all the same.
 pub(crate) fn unreachable(gid: Ipv6Addr, e: &ResolveError) {
-    let link_local = gid.segments()[0] & 0xffc0 == 0xfe80;
     eprintln!(
         "ferroce: {e}{}",
-        if link_local {
+        if gid.is_unicast_link_local() {
             " (a peer's GID 0 is its MAC's link-local address, which its kernel lacks when it makes its own, e.g. stable-privacy: use another of its GIDs, -g / -x)"
         } else {
             ""

@@ -37,7 +37,6 @@ echo "ferroce: $("$F" --version); library: $(readlink -f "${FERROCE_LIBDIR:-$(di
 # The GID table holds the IPv6 link-local address first when there is one, then the IPv4
 # address (src/net/gid.rs): wait until the link-local address is settled (no longer
 # tentative) so that the index read now is the index the programs see.
-settled() { ip -n "$1" -6 addr show dev "$2" scope link | grep -q inet6 && ! ip -n "$1" -6 addr show dev "$2" | grep -q tentative; }
 for _ in $(seq 1 100); do settled $A $IA && settled $B $IB && break; sleep 0.1; done
 # GID index of the interface's IPv4 address, from `ferroce devinfo -v`.
 gid_index() {
@@ -70,12 +69,6 @@ wait_port() {
   return 1
 }
 
-ok() { pass=$((pass + 1)); echo "PASS $1${2:+: $2}"; }
-ko() {  # NAME WHY FILE...: the FAIL line, then the tail of each file
-  local name=$1 why=$2 f; shift 2
-  fail=$((fail + 1)); echo "FAIL $name: $why"
-  for f in "$@"; do [ -e "$f" ] && tail -n 8 "$f" | sed "s/^/    ${f##*.}: /"; done
-}
 
 # perftest's (last) result row: the line under the " #bytes" header.
 row() { awk '/^ #bytes/ { t = 1; next } t && /^ [0-9]/ { r = $0 } /^---/ && t { exit } END { print r }' "$1"; }

@@ -33,14 +33,7 @@ ip -n $A addr add $ADDR/24 dev $IA; ip -n $B addr add 10.92.0.2/24 dev $IB
 for ns in $A $B; do ip -n "$ns" link set lo up; done
 ip -n $A link set $IA up; ip -n $B link set $IB up
 pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "PASS $1${2:+: $2}"; }
-ko() {
-  local name=$1 why=$2 f; shift 2
-  fail=$((fail + 1)); echo "FAIL $name: $why"
-  for f in "$@"; do [ -e "$f" ] && tail -n 8 "$f" | sed "s/^/    ${f##*/}: /"; done
-}
-settled() { ! ip -n $A -6 addr show dev $IA | grep -q tentative; }
-for _ in $(seq 1 100); do settled && break; sleep 0.1; done
+for _ in $(seq 1 100); do settled $A $IA && break; sleep 0.1; done
 # GID index of ADDR on IF, from `ferroce devinfo -v`.
 gid_index() {
   ip netns exec $A "$F" devinfo -d "$1" -v |

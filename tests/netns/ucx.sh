@@ -18,11 +18,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 A=ux-a B=ux-b IF=eth1 SERVER=10.88.0.2
 out=${OUT:-$root/target}/ucx; rm -rf "$out"; mkdir -p "$out"
 pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "PASS $1${2:+: $2}"; }
-ko() {  # NAME WHY FILE...: the FAIL line, then the tail of each file
-  fail=$((fail + 1)); echo "FAIL $1: $2"; shift 2
-  for f in "$@"; do tail -n 12 "$f" 2>/dev/null | sed "s/^/    $(basename "$f"): /"; done
-}
 if ! command -v ucx_perftest >/dev/null; then
   echo "FAIL ucx-utils: ucx_perftest is not installed (Debian package ucx-utils)"; echo "ucx: 0 passed, 1 failed"; exit 1
 fi
@@ -36,8 +31,7 @@ ip -n $A addr add 10.88.0.1/24 dev $IF; ip -n $B addr add $SERVER/24 dev $IF
 for ns in $A $B; do ip -n "$ns" link set lo up; ip -n "$ns" link set $IF up; done
 # UCX takes a port once it is active with its addresses settled (the IPv6 link-local one no
 # longer tentative), as it would find a NIC's some time after link-up.
-settled() { ip -n "$1" -6 addr show dev $IF scope link | grep -q inet6 && ! ip -n "$1" -6 addr show dev $IF | grep -q tentative; }
-for _ in $(seq 1 100); do settled $A && settled $B && break; sleep 0.1; done
+for _ in $(seq 1 100); do settled $A $IF && settled $B $IF && break; sleep 0.1; done
 echo "ferroce: $("$F" --version); $(ucx_info -v | head -1)"
 
 e=$out/ucx_info

@@ -136,7 +136,7 @@ fn version(ip: IpAddr) -> &'static str {
 
 /// Whether `ip` is an IPv6 link-local address (fe80::/10).
 fn link_local(ip: IpAddr) -> bool {
-    matches!(ip, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80)
+    matches!(ip, IpAddr::V6(v6) if v6.is_unicast_link_local())
 }
 
 /// The probe's address to talk to `theirs` from: of its IP version, and for IPv6 of its
