@@ -277,8 +277,26 @@ pub(crate) fn to_ibv_wc(wc: &WorkCompletion) -> ibv_wc {
         wc_flags: wc.wc_flags.0,
         pkey_index: 0,
         slid: 0,
-        sl: 0,
+        sl: sl_of(wc),
         dlid_path_bits: 0,
+    }
+}
+
+/// The `sl` of a completion: on Ethernet there is no service level, so a UD receive
+/// reports which network header its GRH area holds, as mlx5's provider passes its CQE's
+/// RoCE packet type there (1 IPv6, 2 IPv4; 0 would be a RoCE v1 GRH).
+///
+/// UCX's ud_verbs reads these bits to know where the destination address lies in the
+/// 40-byte GRH area (bytes 36..40 for IPv4, 24..40 for IPv6) and silently drops every
+/// packet whose address is not its own; with 0 it took an IPv4 packet for IPv6 and
+/// dropped them all, so an IPv4 GID hung. Other receives keep 0.
+fn sl_of(wc: &WorkCompletion) -> u8 {
+    const IPV6: u8 = 1;
+    const IPV4: u8 = 2;
+    match wc.src_gid {
+        Some(gid) if gid.to_ipv4_mapped().is_some() => IPV4,
+        Some(_) => IPV6,
+        None => 0,
     }
 }
 
@@ -331,4 +349,40 @@ pub(crate) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c
             Err(e) => errno_of(&e),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferroce_transport::{WcFlags, WcOpcode, WcStatus};
+    use std::net::Ipv6Addr;
+
+    fn ud_recv(src_gid: Option<Ipv6Addr>) -> WorkCompletion {
+        WorkCompletion {
+            wr_id: 7,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Recv,
+            byte_len: 48,
+            imm_data: 0,
+            invalidated_rkey: 0,
+            src_qp: 0x11,
+            src_gid,
+            qp_num: 0x22,
+            wc_flags: if src_gid.is_some() {
+                WcFlags::GRH
+            } else {
+                WcFlags::empty()
+            },
+        }
+    }
+
+    #[test]
+    fn a_ud_receive_reports_its_network_header_in_sl() {
+        let v4: Ipv6Addr = "::ffff:10.88.0.2".parse().unwrap();
+        let v6: Ipv6Addr = "fe80::1".parse().unwrap();
+        // UCX reads 2 as: the address is IPv4's, in the GRH area's last 4 bytes.
+        assert_eq!(to_ibv_wc(&ud_recv(Some(v4))).sl, 2);
+        assert_eq!(to_ibv_wc(&ud_recv(Some(v6))).sl, 1);
+        assert_eq!(to_ibv_wc(&ud_recv(None)).sl, 0);
+    }
 }

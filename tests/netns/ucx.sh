@@ -6,6 +6,11 @@
 #   ucx_info -d            lists ferroce's device with UCX's rc_verbs transport
 #   ucx_perftest           put latency, put bandwidth (zero-copy RDMA WRITE), active-message
 #                          latency and atomic add latency over rc_verbs, each to its "Final" line
+#                          active-message latency and bandwidth over ud_verbs, on the IPv4 GID
+#                          UCX picks and on the link-local one (UCX drops UD packets whose
+#                          destination address is not its own, and finds where it lies in the
+#                          GRH area by the completion's sl: ibverbs/src/cq.rs)
+#                          UCP tag matching (what MPI uses) with UCP's own wire-up over UD
 #   afterwards             no ferroce node left in the host's /dev/infiniband
 # ucx_perftest's server takes the client's device name, so both ends' interfaces are
 # named eth1: each server in ux-b (10.88.0.2), each client in ux-a (10.88.0.1).
@@ -42,13 +47,18 @@ else ko ucx_info-rc_verbs "exit $rc, no rc_verbs transport on $IF:1" "$e"; fi
 
 # NAME ARGS...: ucx_perftest's server in B, its client in A with ARGS; PASS on the
 # client's "Final:" line (iterations, latency, bandwidth, rate) and both exits 0.
+# UCXENV (VAR=VALUE words) goes to both ends; the client takes the device unless NODEV=1.
+UCXENV=
 run() {
   local name=$1 port=$((13337 + pass + fail)); shift
-  local e=$out/$name
-  ip netns exec $B timeout 60 "$F" exec -- ucx_perftest -p $port >"$e.server" 2>&1 &
+  local e=$out/$name dev=(-d $IF:1)
+  [ "${NODEV:-}" = 1 ] && dev=()
+  # shellcheck disable=SC2086 # UCXENV is a list of words
+  ip netns exec $B timeout 60 "$F" exec -- env $UCXENV ucx_perftest -p $port >"$e.server" 2>&1 &
   local sp=$!
   for _ in $(seq 1 100); do ip netns exec $B ss -ltn | grep -q ":$port\b" && break; sleep 0.05; done
-  ip netns exec $A timeout 60 "$F" exec -- ucx_perftest -p $port $SERVER -d $IF:1 "$@" >"$e.client" 2>&1; local rc=$?
+  # shellcheck disable=SC2086
+  ip netns exec $A timeout 60 "$F" exec -- env $UCXENV ucx_perftest -p $port $SERVER "${dev[@]}" "$@" >"$e.client" 2>&1; local rc=$?
   wait $sp; local src=$?
   local final; final=$(grep '^Final:' "$e.client" | tr -s ' ')
   if [ $rc = 0 ] && [ $src = 0 ] && [ -n "$final" ]; then ok "$name" "$final"
@@ -58,6 +68,10 @@ run put_lat-rc -x rc_verbs -t put_lat -s 8 -n 10000
 run put_bw-rc-zcopy-64k -x rc_verbs -t put_bw -D zcopy -s 65536 -n 2000
 run am_lat-rc -x rc_verbs -t am_lat -s 8 -n 10000
 run add_lat-rc -x rc_verbs -t add_lat -n 10000
+run am_lat-ud -x ud_verbs -t am_lat -s 8 -n 10000
+run am_bw-ud-bcopy -x ud_verbs -t am_bw -D bcopy -s 512 -n 10000
+UCXENV=UCX_IB_GID_INDEX=0 run am_lat-ud-gid0 -x ud_verbs -t am_lat -s 8 -n 10000
+UCXENV=UCX_TLS=ud_verbs,self NODEV=1 run tag_lat-ucp-ud -t tag_lat -s 8 -n 10000
 
 # The nodes were in the programs' own mount namespaces: none is left on the host.
 left=$(ls /dev/infiniband 2>/dev/null | grep -c '^ferroce-')
