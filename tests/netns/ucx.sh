@@ -10,7 +10,10 @@
 #                          UCX picks and on the link-local one (UCX drops UD packets whose
 #                          destination address is not its own, and finds where it lies in the
 #                          GRH area by the completion's sl: ibverbs/src/cq.rs)
-#                          UCP tag matching (what MPI uses) with UCP's own wire-up over UD
+#                          UCP tag matching (what MPI uses) with UCP's own wire-up over UD,
+#                          and 64 KiB messages with UCX_TLS=rc: UCP splits them over every
+#                          RoCE device it is offered, so lo's must not be one (see below)
+#   ucx_info -d            no lo:1 unless UCX_NET_DEVICES names it, then lo:1
 #   afterwards             no ferroce node left in the host's /dev/infiniband
 # ucx_perftest's server takes the client's device name, so both ends' interfaces are
 # named eth1: each server in ux-b (10.88.0.2), each client in ux-a (10.88.0.1).
@@ -44,6 +47,14 @@ ip netns exec $A timeout 60 "$F" exec -- ucx_info -d >"$e" 2>&1; rc=$?
 if [ $rc = 0 ] && grep -A1 'Transport: rc_verbs' "$e" | grep -q "Device: $IF:1"; then
   ok ucx_info-rc_verbs "$(grep -c 'Transport:' "$e") transports, rc_verbs on $IF:1"
 else ko ucx_info-rc_verbs "exit $rc, no rc_verbs transport on $IF:1" "$e"; fi
+# UCX takes any two RoCE devices as reachable: lo's device of one host would get a lane to
+# the other's 127.0.0.1, that is to itself. `ferroce exec` offers it only when asked for.
+if [ $rc = 0 ] && ! grep -q 'Device: lo:1' "$e"; then ok ucx_info-no-lo "lo's RoCE device not offered to UCX"
+else ko ucx_info-no-lo "exit $rc, lo:1 offered without UCX_NET_DEVICES" "$e"; fi
+e=$out/ucx_info-lo
+ip netns exec $A env UCX_NET_DEVICES=lo:1 timeout 60 "$F" exec -- ucx_info -d >"$e" 2>&1; rc=$?
+if [ $rc = 0 ] && grep -A1 'Transport: rc_verbs' "$e" | grep -q 'Device: lo:1'; then ok ucx_info-lo-asked "UCX_NET_DEVICES=lo:1: rc_verbs on lo:1"
+else ko ucx_info-lo-asked "exit $rc, no rc_verbs on lo:1 with UCX_NET_DEVICES=lo:1" "$e"; fi
 
 # NAME ARGS...: ucx_perftest's server in B, its client in A with ARGS; PASS on the
 # client's "Final:" line (iterations, latency, bandwidth, rate) and both exits 0.
@@ -72,6 +83,7 @@ run am_lat-ud -x ud_verbs -t am_lat -s 8 -n 10000
 run am_bw-ud-bcopy -x ud_verbs -t am_bw -D bcopy -s 512 -n 10000
 UCXENV=UCX_IB_GID_INDEX=0 run am_lat-ud-gid0 -x ud_verbs -t am_lat -s 8 -n 10000
 UCXENV=UCX_TLS=ud_verbs,self NODEV=1 run tag_lat-ucp-ud -t tag_lat -s 8 -n 10000
+UCXENV=UCX_TLS=rc,self NODEV=1 run tag_bw-ucp-rc-64k -t tag_bw -s 65536 -n 2000
 
 # The nodes were in the programs' own mount namespaces: none is left on the host.
 left=$(ls /dev/infiniband 2>/dev/null | grep -c '^ferroce-')

@@ -54,7 +54,9 @@ gets ferroce's library directory alone on its library path.
 
 UCX takes a device only when /dev/infiniband/<dev_name> is a device node: as root, PROGRAM
 runs in a mount namespace of its own whose /dev/infiniband holds one per ferroce device
-(/dev/null under the name ferroce-IFACE); the host's /dev is left as it is.";
+(/dev/null under the name ferroce-IFACE); the host's /dev is left as it is. lo's device
+gets one only when UCX_NET_DEVICES names it (lo:1): UCX would take another host's lo as
+reachable.";
 
 #[derive(Debug, Args)]
 pub struct ExecArgs {
@@ -82,7 +84,13 @@ pub fn run(a: ExecArgs) -> Result<ExitCode, CliError> {
         .command
         .split_first()
         .ok_or("exec: no program given: `ferroce exec -- PROGRAM ARGS...`")?;
-    match device_nodes(&ferroce::verbs::Device::list()) {
+    let devices = ferroce::verbs::Device::list();
+    let ucx_net_devices = std::env::var("UCX_NET_DEVICES").ok();
+    let for_ucx: Vec<_> = devices
+        .iter()
+        .filter(|d| for_ucx(d.name(), d.interface().loopback, ucx_net_devices.as_deref()))
+        .collect();
+    match device_nodes(&for_ucx) {
         Ok(n) => tracing::debug!(nodes = n, "device nodes in the program's /dev/infiniband"),
         // Not root (no CAP_SYS_ADMIN for a mount namespace): programs on libibverbs alone
         // run as before; UCX does not see the devices.
@@ -214,7 +222,7 @@ const DEV_DIR: &str = "/dev/infiniband";
 /// namespace ends with the program and its children; only a missing `/dev/infiniband`
 /// is made, empty, on the host, as a kernel RDMA module would make it. Returns the
 /// number of nodes.
-fn device_nodes(devices: &[ferroce::verbs::Device]) -> Result<usize, String> {
+fn device_nodes(devices: &[&ferroce::verbs::Device]) -> Result<usize, String> {
     use nix::mount::{mount, MsFlags};
     use nix::sched::{unshare, CloneFlags};
     if devices.is_empty() {
@@ -258,6 +266,22 @@ fn device_nodes(devices: &[ferroce::verbs::Device]) -> Result<usize, String> {
         n += 1;
     }
     Ok(n)
+}
+
+/// Whether UCX gets a node for the device on interface `name`: every device but `lo`'s,
+/// and `lo`'s too when `UCX_NET_DEVICES` (UCX's list of `DEVICE:PORT` it may use) names it.
+///
+/// UCX takes any two RoCE devices as able to reach each other (it compares no subnets by
+/// default), and splits large messages over two of them. With `lo` offered on two hosts it
+/// put a lane from one host's `lo` to the other's 127.0.0.1, which is the first host
+/// itself: the QP ran out of retries and UCX aborted. Real RoCE NICs have no `lo`, and
+/// between processes of one host UCX moves data through shared memory anyway.
+fn for_ucx(name: &str, loopback: bool, ucx_net_devices: Option<&str>) -> bool {
+    !loopback
+        || ucx_net_devices.is_some_and(|list| {
+            list.split(',')
+                .any(|d| d.trim().split(':').next() == Some(name))
+        })
 }
 
 /// Raises CAP_NET_RAW into this thread's inheritable and ambient sets when it is in the
@@ -382,6 +406,18 @@ mod tests {
     }
 
     /// Capabilities belong to a thread: each check runs in its own, which ends with it.
+    #[test]
+    fn ucx_gets_lo_only_when_ucx_net_devices_names_it() {
+        assert!(for_ucx("eth1", false, None));
+        assert!(for_ucx("eth1", false, Some("lo:1")));
+        assert!(!for_ucx("lo", true, None));
+        assert!(!for_ucx("lo", true, Some("all")));
+        assert!(!for_ucx("lo", true, Some("eth1:1,loop0:1")));
+        assert!(for_ucx("lo", true, Some("lo:1")));
+        assert!(for_ucx("lo", true, Some("eth1:1, lo:1")));
+        assert!(for_ucx("lo", true, Some("lo")));
+    }
+
     fn in_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
         std::thread::spawn(f).join().unwrap()
     }
