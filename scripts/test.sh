@@ -7,7 +7,8 @@
 # Needs: the Rust toolchain (cargo), and root or sudo for apt-get on a machine without
 # tshark (Debian package `tshark`, the independent decoder the wire tests compare against),
 # a font for the DCQCN plot (`fonts-dejavu-core`), or rdma-core's libibverbs-dev,
-# ibverbs-utils and perftest (the C ABI's tests).
+# ibverbs-utils and perftest, ucx-utils, openmpi-bin and python3-mpi4py (the C ABI's
+# tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,6 +23,9 @@ command -v ibv_rc_pingpong >/dev/null 2>&1 || need_pkgs="$need_pkgs ibverbs-util
 command -v ib_write_bw >/dev/null 2>&1 || need_pkgs="$need_pkgs perftest"
 # UCX's own tools on ferroce's library (tests/netns/ucx.sh).
 command -v ucx_perftest >/dev/null 2>&1 || need_pkgs="$need_pkgs ucx-utils"
+# Open MPI over UCX on ferroce's library, with an mpi4py program (tests/netns/mpi.sh).
+command -v mpirun >/dev/null 2>&1 || need_pkgs="$need_pkgs openmpi-bin"
+/usr/bin/python3 -c 'import mpi4py' 2>/dev/null || need_pkgs="$need_pkgs python3-mpi4py"
 /usr/bin/python3 -c 'import pyverbs' 2>/dev/null || need_pkgs="$need_pkgs python3-pyverbs"
 command -v objdump >/dev/null 2>&1 || need_pkgs="$need_pkgs binutils"
 # A TrueType font for the DCQCN test's plot (cli/examples/dcqcn_report.rs).

@@ -7,7 +7,8 @@
 #   libibverbs  unmodified ibverbs-utils and perftest binaries on ferroce's libibverbs.so.1
 #           (`ferroce exec`) between two network namespaces over veth, on this host
 #           (tests/netns/libibverbs.sh); UCX's ucx_info and ucx_perftest over rc_verbs
-#           (tests/netns/ucx.sh); then rdma-core's own test suite on it
+#           (tests/netns/ucx.sh); Open MPI over UCX with ranks in two namespaces
+#           (tests/netns/mpi.sh); then rdma-core's own test suite on it
 #           (tests/rdma_core/run.sh); then many processes on one interface: server and
 #           client on one veth end and on lo (ferroce's tools and, on the library, Debian's
 #           ib_write_bw, ib_send_lat, ibv_rc_pingpong), an 8-process all-to-all mesh with
@@ -89,6 +90,8 @@ if (cd "$root" && cargo build --release --quiet -p ferroce-ibverbs --lib); then
   OUT=$out bash "$here/netns/libibverbs.sh" "$bin" | tee "$out/libibverbs.txt"
   echo "[system] UCX's ucx_info and ucx_perftest on ferroce's libibverbs"
   OUT=$out bash "$here/netns/ucx.sh" "$bin" | tee "$out/ucx.txt"
+  echo "[system] Open MPI over UCX on ferroce's libibverbs, ranks in two namespaces"
+  OUT=$out bash "$here/netns/mpi.sh" "$bin" | tee "$out/mpi.txt"
   echo "[system] rdma-core's own test suite on ferroce's libibverbs"
   OUT=$out bash "$here/rdma_core/run.sh" "$bin" | tee "$out/rdma-core.txt"
   echo "[system] the UDP GSO data path between two namespaces"
