@@ -1,8 +1,8 @@
 #!/bin/bash
 # Open MPI (Debian's openmpi-bin, with mpi4py) over UCX on ferroce's libibverbs, between
 # two network namespaces standing in for two hosts: mpirun runs in mpi-a under
-# `ferroce exec` and starts the ranks of mpi-b through tests/netns/mpi_agent.sh, as it
-# would over ssh. tests/netns/mpi_check.py is the program: ping-pong between rank 0 (in
+# `ferroce exec` and starts its daemon in mpi-b as `ferroce exec -- orted` (its launch
+# agent) through tests/netns/mpi_agent.sh, an `ip netns exec` in place of ssh. tests/netns/mpi_check.py is the program: ping-pong between rank 0 (in
 # mpi-a) and the last rank (in mpi-b) at 8 B, 64 KiB and 1 MiB, a 64 KiB all-to-all and an
 # allreduce, every byte checked.
 #   mpi-rc          2 ranks, --mca pml ucx, UCX_TLS=rc,self: RDMA over RC (UD for wire-up),
@@ -38,7 +38,7 @@ for _ in $(seq 1 100); do settled $A $IF && settled $B $IF && break; sleep 0.1; 
 echo "ferroce: $("$F" --version); $(mpirun --version | head -1)"
 nsa=$(ip netns exec $A readlink /proc/self/ns/net) nsb=$(ip netns exec $B readlink /proc/self/ns/net)
 lib=$(cd "$(dirname "$F")" && pwd)/libibverbs.so
-export FERROCE=$F OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # NAME NP UCX_TLS: mpirun in A with NP ranks, half of them in each namespace.
 run() {
@@ -46,7 +46,8 @@ run() {
   printf 'localhost slots=%s\n%s slots=%s\n' $((np / 2)) $B $((np / 2)) >"$out/hosts"
   local rx0; rx0=$(ip netns exec $A cat /sys/class/net/$IF/statistics/rx_bytes)
   ip netns exec $A timeout 120 "$F" exec -- mpirun --hostfile "$out/hosts" -np "$np" \
-    --mca plm_rsh_agent "$here/mpi_agent.sh" --mca pml ucx --mca btl ^openib,uct,tcp \
+    --mca plm_rsh_agent "$here/mpi_agent.sh" --launch-agent "$F exec -- orted" \
+    --mca pml ucx --mca btl ^openib,uct,tcp \
     -x UCX_TLS="$tls" /usr/bin/python3 "$here/mpi_check.py" >"$e" 2>&1; local rc=$?
   local rx=$(($(ip netns exec $A cat /sys/class/net/$IF/statistics/rx_bytes) - rx0))
   local ranks_a ranks_b results bads

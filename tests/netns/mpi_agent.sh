@@ -1,6 +1,6 @@
 #!/bin/sh
-# mpirun's rsh agent for tests/netns/mpi.sh: `mpi_agent.sh HOST COMMAND...` runs COMMAND
-# (Open MPI's orted) in network namespace HOST under `ferroce exec`, as ssh would run it on
-# another host with ferroce installed. FERROCE is the ferroce binary.
+# mpirun's rsh agent for tests/netns/mpi.sh, standing in for ssh: `mpi_agent.sh HOST
+# COMMAND...` runs COMMAND in network namespace HOST. COMMAND is mpirun's launch agent,
+# which the test sets to `ferroce exec -- orted`, as users would over ssh.
 host=$1; shift
-exec ip netns exec "$host" "$FERROCE" exec -- /bin/sh -c "$*"
+exec ip netns exec "$host" /bin/sh -c "$*"
