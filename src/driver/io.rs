@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -30,6 +30,10 @@ pub struct DriverCounters {
     /// (two QPs of one device talking to each other; those for another process's QPs on
     /// this host go out on the link).
     pub loopback: u64,
+    /// Transmissions that handed frames to the link: one system call each (`sendmmsg`, a
+    /// ring's `send`). Against messages, what a message costs the kernel; a ping-pong
+    /// that sends each ACK with its reply makes one per message.
+    pub tx_batches: u64,
 }
 
 /// Loopback rounds one transmission runs (each delivers what the previous one sent, and
@@ -50,6 +54,8 @@ pub(super) struct LinkIo {
     pub(super) rx: Mutex<FrameBatch>,
     /// A leaf lock.
     counters: Mutex<DriverCounters>,
+    /// [`DriverCounters::tx_batches`], counted without a lock on every transmission.
+    tx_batches: AtomicU64,
     /// The device's own addresses: datagrams to them for this process's own QPs never
     /// reach the wire.
     local: HashSet<IpAddr>,
@@ -80,6 +86,7 @@ impl LinkIo {
             tx: TxPipe::new(tx_batch),
             rx: Mutex::new(FrameBatch::new(rx_batch)),
             counters: Mutex::new(DriverCounters::default()),
+            tx_batches: AtomicU64::new(0),
         }
     }
 
@@ -101,7 +108,10 @@ impl LinkIo {
     }
 
     pub(super) fn counters(&self) -> DriverCounters {
-        *relock(&self.counters)
+        DriverCounters {
+            tx_batches: self.tx_batches.load(Ordering::Relaxed),
+            ..*relock(&self.counters)
+        }
     }
 
     /// How often building and sending transmit batches overlapped (see `tx_pipe`).
@@ -254,6 +264,9 @@ impl Shared {
             out = link.send_each(&mut batch, max, &mut |slot| {
                 framer.frame(ep, &neighbours, slot)
             });
+            if out.queued + out.refused > 0 {
+                self.io.tx_batches.fetch_add(1, Ordering::Relaxed);
+            }
         } else {
             // Built under the lock, sent without it (see `tx_pipe`).
             loop {
@@ -270,6 +283,7 @@ impl Shared {
                 let done = !more || out.filled >= max;
                 let turn = self.io.tx.turn();
                 let n = batch.len();
+                self.io.tx_batches.fetch_add(1, Ordering::Relaxed);
                 let sent = ep.unlocked(|| {
                     turn.wait();
                     let sent = send_or_lose(link, &mut batch);

@@ -306,6 +306,7 @@ impl Context {
         v.push(("tx_no_neighbour", d.tx_no_neighbour));
         v.push(("link_send_err", d.send_err));
         v.push(("loopback_pkts", d.loopback));
+        v.push(("link_tx_batches", d.tx_batches));
         v.push(("rx_socket_drops", self.shared().link_rx_drops()));
         v.extend(self.shared().linger_counters());
         v.push(("driver_wakeups", self.shared().driver_wakeups()));
