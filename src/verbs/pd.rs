@@ -160,7 +160,7 @@ impl SharedReceiveQueue {
         let now = self.ctx.shared().now();
         let mut ep = self.ctx.shared().endpoint();
         ep.post_srq_recv(now, self.id, wr)?;
-        self.ctx.shared().kick(ep);
+        self.ctx.shared().kick_recv(ep);
         Ok(())
     }
 

@@ -216,7 +216,7 @@ impl QueuePair {
         let mut ep = self.ctx.shared().endpoint();
         ep.post_recv(now, self.qpn, wr)?;
         // A new receive WQE can end an RNR wait: the peer's retry then finds it.
-        self.ctx.shared().kick(ep);
+        self.ctx.shared().kick_recv(ep);
         Ok(())
     }
 }
