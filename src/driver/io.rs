@@ -175,21 +175,47 @@ impl Shared {
     ///
     /// The transport's answers to those frames (ACKs, READ responses) are not sent before
     /// returning: the caller sees its data or completion first, and the answers leave with
-    /// its next post (one system call for both), or at its next poll that finds nothing.
-    /// A ping-pong's critical path thus carries one system call per message, not two.
+    /// its next post (one system call for both), or at its next poll. A ping-pong's
+    /// critical path thus carries one system call per message, not two.
+    ///
+    /// At most the poll after next, whatever it finds: a program that keeps polling a
+    /// stream of WRITEs (UCX's put_bw server) may find frames at every poll, and its ACKs,
+    /// held until a poll found nothing or the driver's nap ended, stalled the sender's
+    /// window (UCX put_bw 64 KiB fell from 1.4 GB/s to 0.5-0.7 once posted receives
+    /// stopped sending them by the way). Not the very next poll: the flag is set by any
+    /// frame taken in, an ACK with nothing to answer too, and a ping-pong over SENDs often
+    /// takes in the peer's ACK and its message in two polls; sending at the second sent
+    /// the message's own ACK alone, ahead of the reply.
     pub fn poll_rx(&self) -> bool {
+        self.poll_rx_answering(true)
+    }
+
+    /// [`Shared::poll_rx`] for a thread lingering before it returns completions (see
+    /// `linger`): the answers wait for what the program does next, however many polls the
+    /// linger takes. Sending them at its next poll sent a SEND's ACK alone, ahead of the
+    /// program's reply, on every message of a ping-pong over SENDs.
+    pub(super) fn poll_rx_lingering(&self) -> bool {
+        self.poll_rx_answering(false)
+    }
+
+    fn poll_rx_answering(&self, answer: bool) -> bool {
         self.wake.app_polls.fetch_add(1, Ordering::Relaxed);
         let Ok(mut rx) = self.io.rx.try_lock() else {
             return false;
         };
+        // Answers left by the poll before the last one: they go now.
+        let held = self.wake.answers_pending.load(Ordering::Relaxed)
+            && self.wake.answers_age.fetch_add(1, Ordering::Relaxed) >= 1;
         let n = self.receive(&mut rx, true);
         drop(rx);
         if n > 0 {
             self.completions.signal();
         }
-        // Deferred posts go at the poster's next poll; answers only when it found nothing.
+        // Deferred posts go at the poster's next poll; answers at the next poll, or at
+        // this one when it found nothing.
         let posts = self.wake.deferred_bytes.load(Ordering::Relaxed) != 0;
-        if posts || (n == 0 && self.wake.answers_pending.load(Ordering::Relaxed)) {
+        let answers = held || (n == 0 && self.wake.answers_pending.load(Ordering::Relaxed));
+        if posts || (answer && answers) {
             let mut ep = self.endpoint();
             self.transmit(&mut ep, TX_BATCH);
             self.wake.arm_if_sooner(&ep);
@@ -240,6 +266,7 @@ impl Shared {
     fn transmit_once(&self, ep: &mut EndpointGuard<'_>, max: usize) -> TxOutcome {
         // Whatever poll mode left for later goes now.
         self.wake.answers_pending.store(false, Ordering::Relaxed);
+        self.wake.answers_age.store(0, Ordering::Relaxed);
         self.wake.deferred_bytes.store(0, Ordering::Relaxed);
         let link = &*self.io.link;
         let mut framer = Framer {

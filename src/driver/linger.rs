@@ -141,7 +141,7 @@ impl Shared {
         }
         let start = Instant::now();
         for spins in 1u32.. {
-            let got = self.poll_rx();
+            let got = self.poll_rx_lingering();
             if l.requests() != seen {
                 if got {
                     l.hit();

@@ -42,6 +42,9 @@ pub(super) struct Wakeups {
     /// Poll mode received frames whose answers have not been sent yet (set and cleared
     /// with the endpoint locked).
     pub(super) answers_pending: AtomicBool,
+    /// Polls of the link that began with answers pending, since they were last sent (see
+    /// [`Shared::poll_rx`]).
+    pub(super) answers_age: AtomicU64,
     /// Bytes of the posts whose frames were left for the poster's next poll (see
     /// [`Shared::kick_post`]); reset by every transmission, with the endpoint locked.
     pub(super) deferred_bytes: AtomicU64,
@@ -62,6 +65,7 @@ impl Wakeups {
             driver_asleep: AtomicBool::new(false),
             app_polls: AtomicU64::new(0),
             answers_pending: AtomicBool::new(false),
+            answers_age: AtomicU64::new(0),
             deferred_bytes: AtomicU64::new(0),
             wakeups: AtomicU64::new(0),
             stop: AtomicBool::new(false),
