@@ -175,7 +175,7 @@ impl Shared {
     ///
     /// The transport's answers to those frames (ACKs, READ responses) are not sent before
     /// returning: the caller sees its data or completion first, and the answers leave with
-    /// its next post (one system call for both), or at its next poll. A ping-pong's
+    /// its next post (one system call for both), or at a later poll. A ping-pong's
     /// critical path thus carries one system call per message, not two.
     ///
     /// At most the poll after next, whatever it finds: a program that keeps polling a
@@ -211,8 +211,8 @@ impl Shared {
         if n > 0 {
             self.completions.signal();
         }
-        // Deferred posts go at the poster's next poll; answers at the next poll, or at
-        // this one when it found nothing.
+        // Deferred posts go at the poster's next poll; answers at the second, or at one
+        // that found nothing.
         let posts = self.wake.deferred_bytes.load(Ordering::Relaxed) != 0;
         let answers = held || (n == 0 && self.wake.answers_pending.load(Ordering::Relaxed));
         if posts || (answer && answers) {

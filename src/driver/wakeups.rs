@@ -162,7 +162,8 @@ impl Shared {
     /// seeing a message and sending the reply, and an ACK sent alone there was a system
     /// call of its own on the critical path (`ib_send_lat` over RC: 6.5 µs typical against
     /// 3.1 µs over UD, which has no ACKs). The ACK now leaves with the reply, or at the
-    /// poller's next empty poll, or with the napping driver within a millisecond.
+    /// poller's second poll from the one that took its frame in (see
+    /// [`Shared::poll_rx`]), or with the napping driver within a millisecond.
     pub fn kick_recv(&self, mut ep: super::EndpointGuard<'_>) {
         self.deliver_cq_events(&mut ep);
         self.wake.arm_if_sooner(&ep);

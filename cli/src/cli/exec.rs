@@ -405,7 +405,6 @@ mod tests {
         std::fs::remove_dir_all(&t).unwrap();
     }
 
-    /// Capabilities belong to a thread: each check runs in its own, which ends with it.
     #[test]
     fn ucx_gets_lo_only_when_ucx_net_devices_names_it() {
         assert!(for_ucx("eth1", false, None));
@@ -418,6 +417,7 @@ mod tests {
         assert!(for_ucx("lo", true, Some("lo")));
     }
 
+    /// Capabilities belong to a thread: each check runs in its own, which ends with it.
     fn in_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
         std::thread::spawn(f).join().unwrap()
     }
