@@ -23,8 +23,8 @@ fn counter(ctx: &Context, name: &str) -> u64 {
         .1
 }
 
-/// One end of the ping-pong: its QP, its CQ, the region the peer writes into, and the
-/// peer's region.
+/// One end of a ping-pong: its QP, its CQ, the region the peer writes (or sends) into,
+/// and the region it writes (or sends) from.
 struct End {
     ctx: Context,
     _pd: ProtectionDomain,
@@ -54,6 +54,17 @@ fn end(ctx: Context) -> End {
         inbox,
         outbox,
     }
+}
+
+/// Two ends on the in-memory wire, their RC QPs connected to each other.
+fn pair() -> (End, End) {
+    let (a, b) = Context::memory_pair().unwrap();
+    let (a, b) = (end(a), end(b));
+    a.qp.connect(&RcPath::new(b.ctx.gid(0).unwrap(), b.qp.qpn(), 1, 2))
+        .unwrap();
+    b.qp.connect(&RcPath::new(a.ctx.gid(0).unwrap(), a.qp.qpn(), 2, 1))
+        .unwrap();
+    (a, b)
 }
 
 impl End {
@@ -100,12 +111,7 @@ struct Seen {
 }
 
 fn ping_pong() -> Seen {
-    let (a, b) = Context::memory_pair().unwrap();
-    let (a, b) = (end(a), end(b));
-    a.qp.connect(&RcPath::new(b.ctx.gid(0).unwrap(), b.qp.qpn(), 1, 2))
-        .unwrap();
-    b.qp.connect(&RcPath::new(a.ctx.gid(0).unwrap(), a.qp.qpn(), 2, 1))
-        .unwrap();
+    let (a, b) = pair();
     let to_a = (a.inbox.addr(), a.inbox.rkey());
     let to_b = (b.inbox.addr(), b.inbox.rkey());
     std::thread::scope(|s| {
@@ -277,39 +283,9 @@ fn a_post_of_more_than_one_transmit_batch_sends_it_all_without_waking_the_driver
     assert!(got == data, "the WRITEs' data did not arrive");
 }
 
-/// One end of a SEND ping-pong: both directions' completions on one CQ, a receive always
-/// posted, and the message buffers.
-struct Sender {
-    ctx: Context,
-    _pd: ProtectionDomain,
-    cq: CompletionQueue,
-    qp: QueuePair,
-    inbox: MemoryRegion,
-    outbox: MemoryRegion,
-}
-
-fn sender(ctx: Context) -> Sender {
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(16).unwrap();
-    let qp = pd
-        .create_qp(&cq, &cq, QpType::Rc, QpCap::default())
-        .unwrap();
-    qp.init(Access::LOCAL_WRITE, 0).unwrap();
-    let inbox = pd.reg_mr(8, Access::LOCAL_WRITE).unwrap();
-    let outbox = pd.reg_mr(8, Access::empty()).unwrap();
-    let s = Sender {
-        ctx,
-        _pd: pd,
-        cq,
-        qp,
-        inbox,
-        outbox,
-    };
-    s.post_recv();
-    s
-}
-
-impl Sender {
+/// The SEND ping-pong's side of an [`End`]: both directions' completions on its one CQ,
+/// its inbox always posted as the receive.
+impl End {
     fn post_recv(&self) {
         self.qp
             .post_recv(&RecvWr {
@@ -349,12 +325,9 @@ impl Sender {
 /// Transmissions (system calls on a real link) of both ends for one SEND ping-pong of
 /// `ROUNDS` on a fresh pair.
 fn send_ping_pong() -> u64 {
-    let (a, b) = Context::memory_pair().unwrap();
-    let (a, b) = (sender(a), sender(b));
-    a.qp.connect(&RcPath::new(b.ctx.gid(0).unwrap(), b.qp.qpn(), 1, 2))
-        .unwrap();
-    b.qp.connect(&RcPath::new(a.ctx.gid(0).unwrap(), a.qp.qpn(), 2, 1))
-        .unwrap();
+    let (a, b) = pair();
+    a.post_recv();
+    b.post_recv();
     let before = counter(&a.ctx, "link_tx_batches") + counter(&b.ctx, "link_tx_batches");
     std::thread::scope(|s| {
         s.spawn(|| {

@@ -26,15 +26,7 @@ if ! command -v mpirun >/dev/null || ! /usr/bin/python3 -c 'import mpi4py' 2>/de
   echo "FAIL mpi-installed: needs mpirun and mpi4py (Debian packages openmpi-bin, python3-mpi4py)"
   echo "mpi: 0 passed, 1 failed"; exit 1
 fi
-cleanup() { for ns in $A $B; do ip netns del "$ns" 2>/dev/null; done; true; }
-trap cleanup EXIT
-cleanup
-if ! { ip netns add $A && ip netns add $B; }; then echo "cannot create network namespaces (need root)"; exit 1; fi
-ip link add mpi-a0 netns $A type veth peer name mpi-b0 netns $B
-ip -n $A link set mpi-a0 name $IF; ip -n $B link set mpi-b0 name $IF
-ip -n $A addr add 10.89.0.1/24 dev $IF; ip -n $B addr add 10.89.0.2/24 dev $IF
-for ns in $A $B; do ip -n "$ns" link set lo up; ip -n "$ns" link set $IF up; done
-for _ in $(seq 1 100); do settled $A $IF && settled $B $IF && break; sleep 0.1; done
+two_hosts $A $B $IF 10.89.0
 echo "ferroce: $("$F" --version); $(mpirun --version | head -1)"
 nsa=$(ip netns exec $A readlink /proc/self/ns/net) nsb=$(ip netns exec $B readlink /proc/self/ns/net)
 lib=$(cd "$(dirname "$F")" && pwd)/libibverbs.so

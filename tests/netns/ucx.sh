@@ -29,17 +29,7 @@ pass=0 fail=0
 if ! command -v ucx_perftest >/dev/null; then
   echo "FAIL ucx-utils: ucx_perftest is not installed (Debian package ucx-utils)"; echo "ucx: 0 passed, 1 failed"; exit 1
 fi
-cleanup() { for ns in $A $B; do ip netns del "$ns" 2>/dev/null; done; true; }
-trap cleanup EXIT
-cleanup
-if ! { ip netns add $A && ip netns add $B; }; then echo "cannot create network namespaces (need root)"; exit 1; fi
-ip link add ux-a0 netns $A type veth peer name ux-b0 netns $B
-ip -n $A link set ux-a0 name $IF; ip -n $B link set ux-b0 name $IF
-ip -n $A addr add 10.88.0.1/24 dev $IF; ip -n $B addr add $SERVER/24 dev $IF
-for ns in $A $B; do ip -n "$ns" link set lo up; ip -n "$ns" link set $IF up; done
-# UCX takes a port once it is active with its addresses settled (the IPv6 link-local one no
-# longer tentative), as it would find a NIC's some time after link-up.
-for _ in $(seq 1 100); do settled $A $IF && settled $B $IF && break; sleep 0.1; done
+two_hosts $A $B $IF 10.88.0
 echo "ferroce: $("$F" --version); $(ucx_info -v | head -1)"
 
 e=$out/ucx_info
