@@ -14,6 +14,7 @@ use ferroce::capture::PcapSink;
 use ferroce::wire::opcode::HeaderSet;
 use ferroce::wire::packet::pad_for;
 use ferroce::wire::*;
+use ferroce::wire::{cm, mad};
 
 struct Built {
     bytes: Vec<u8>,
@@ -182,6 +183,239 @@ fn tshark_decodes_what_ferroce_emits() {
                 0x11111111,
                 "DETH: {ctx}"
             );
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A CM MAD as ferroce sends it: a UD SEND ONLY from QP1 to QP1 with the GSI's Q_Key.
+fn cm_frame(repr: &cm::Repr, i: u16) -> Vec<u8> {
+    let mad = repr.to_bytes();
+    let repr = FrameRepr {
+        ethernet: EthernetRepr {
+            src: [2, 0, 10, 77, 0, 1],
+            dst: [2, 0, 10, 77, 0, 2],
+            vlan: None,
+        },
+        datagram: DatagramRepr {
+            ip: IpRepr::V4 {
+                src: Ipv4Addr::new(10, 77, 0, 1),
+                dst: Ipv4Addr::new(10, 77, 0, 2),
+                dscp: 0,
+                ecn: 0,
+                ttl: 64,
+                identification: i,
+                dont_fragment: true,
+            },
+            src_port: 0xc100 | i,
+            ib: IbRepr {
+                bth: BthRepr::new(Opcode::UD_SEND_ONLY, mad::GSI_QPN, Psn::new(u32::from(i))),
+                ext: ExtRepr {
+                    deth: Some(DethRepr {
+                        qkey: mad::GSI_QKEY,
+                        src_qp: mad::GSI_QPN,
+                    }),
+                    ..ExtRepr::default()
+                },
+                payload: &mad,
+            },
+        },
+    };
+    let mut bytes = vec![0; repr.buffer_len()];
+    repr.emit(&mut bytes).unwrap();
+    bytes
+}
+
+/// Wireshark's InfiniBand dissector reads the CM MADs ferroce emits field for field as
+/// ferroce meant them: every message type of a connection's life, with values chosen so
+/// that a field put in the wrong bits or bytes shows.
+#[test]
+fn tshark_decodes_the_cm_mads_ferroce_emits() {
+    use cm::rdma_cm::{service_id, IpHeader, PortSpace};
+    let mut req = cm::Req {
+        local_comm_id: 0x1234_5678,
+        service_id: service_id(PortSpace::TCP, 7471),
+        local_qpn: 0x00ab_cdef,
+        starting_psn: 0x0012_3456,
+        responder_resources: 4,
+        initiator_depth: 3,
+        transport: cm::Transport::Uc,
+        local_cm_response_timeout: 20,
+        remote_cm_response_timeout: 19,
+        retry_count: 6,
+        rnr_retry_count: 5,
+        max_cm_retries: 15,
+        path_mtu: 3,
+        srq: true,
+        pkey: 0xffff,
+        ..cm::Req::default()
+    };
+    req.primary = cm::Path {
+        local_lid: 0xffff,
+        remote_lid: 0xffff,
+        local_gid: Ipv4Addr::new(10, 77, 0, 1).to_ipv6_mapped().octets(),
+        remote_gid: Ipv4Addr::new(10, 77, 0, 2).to_ipv6_mapped().octets(),
+        flow_label: 0x54321,
+        packet_rate: 0x21,
+        hop_limit: 64,
+        sl: 5,
+        local_ack_timeout: 18,
+        ..cm::Path::default()
+    };
+    IpHeader {
+        src_port: 0x93f0,
+        src: Ipv4Addr::new(10, 77, 0, 1).into(),
+        dst: Ipv4Addr::new(10, 77, 0, 2).into(),
+    }
+    .emit(&mut req.private_data)
+    .unwrap();
+    let rep = cm::Rep {
+        local_comm_id: 0x0a0b_0c0d,
+        remote_comm_id: 0x1234_5678,
+        local_qpn: 0x0011_2233,
+        starting_psn: 0x00fe_dcba,
+        target_ack_delay: 15,
+        rnr_retry_count: 6,
+        srq: true,
+        ..cm::Rep::default()
+    };
+    let rej = cm::Rej {
+        local_comm_id: 0x0a0b_0c0d,
+        remote_comm_id: 0x1234_5678,
+        message_rejected: cm::MsgKind::Rep,
+        ari_len: 16,
+        reason: cm::RejReason::CONSUMER_DEFINED,
+        ..cm::Rej::default()
+    };
+    let msgs = [
+        cm::Message::Req(req),
+        cm::Message::Rep(rep),
+        cm::Message::Rtu(cm::Rtu {
+            local_comm_id: 0x1234_5678,
+            remote_comm_id: 0x0a0b_0c0d,
+            ..cm::Rtu::default()
+        }),
+        cm::Message::Rej(rej),
+        cm::Message::Dreq(cm::Dreq {
+            local_comm_id: 0x1234_5678,
+            remote_comm_id: 0x0a0b_0c0d,
+            remote_qpn: 0x0011_2233,
+            ..cm::Dreq::default()
+        }),
+        cm::Message::Drep(cm::Drep {
+            local_comm_id: 0x0a0b_0c0d,
+            remote_comm_id: 0x1234_5678,
+            ..cm::Drep::default()
+        }),
+    ];
+    let dir = std::env::temp_dir().join(format!("ferroce-tshark-cm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("cm.pcap");
+    let mut sink = PcapSink::create(&path).unwrap();
+    for (i, m) in msgs.iter().enumerate() {
+        let r = cm::Repr {
+            tid: 0x100 + i as u64,
+            msg: m.clone(),
+        };
+        sink.write(Duration::from_millis(i as u64), &cm_frame(&r, i as u16))
+            .unwrap();
+    }
+    drop(sink.into_inner());
+
+    // (field, what ferroce put there) per message, in frame order.
+    let want: [&[(&str, u64)]; 6] = [
+        &[
+            ("infiniband.mad.attributeid", 0x10),
+            ("infiniband.mad.transactionid", 0x100),
+            ("infiniband.cm.req", 0x1234_5678),
+            ("infiniband.cm.req.serviceid", 0x0106_1d2f),
+            ("infiniband.cm.req.localqpn", 0xab_cdef),
+            ("infiniband.cm.req.responderres", 4),
+            ("infiniband.cm.req.initdepth", 3),
+            ("infiniband.cm.req.remoteresptout", 19),
+            ("infiniband.cm.req.transpsvctype", 1),
+            ("infiniband.cm.req.startpsn", 0x12_3456),
+            ("infiniband.cm.req.localresptout", 20),
+            ("infiniband.cm.req.retrcount", 6),
+            ("infiniband.cm.req.pkey", 0xffff),
+            ("infiniband.cm.req.pppmtu", 3),
+            ("infiniband.cm.req.rnrretrcount", 5),
+            ("infiniband.cm.req.maxcmretr", 15),
+            ("infiniband.cm.req.srq", 1),
+            ("infiniband.cm.req.prim_locallid", 0xffff),
+            // Not the flow label and packet rate: Wireshark reads their 32-bit word as 24
+            // bits (0x2094f000 from rxe shows as flow label 0x00209). Their place, as
+            // Linux's `ibta_vol1_c12.h` gives it, is pinned by a unit test in wire/src/cm.
+            ("infiniband.cm.req.prim_hoplim", 64),
+            ("infiniband.cm.req.prim_sl", 5),
+            ("infiniband.cm.req.prim_localacktout", 18),
+            ("infiniband.cm.req.ip_cm.ipv", 4),
+            ("infiniband.cm.req.ip_cm.sport", 0x93f0),
+        ],
+        &[
+            ("infiniband.mad.attributeid", 0x13),
+            ("infiniband.cm.rep.remotecommid", 0x1234_5678),
+            ("infiniband.cm.rep.localqpn", 0x11_2233),
+            ("infiniband.cm.rep.startpsn", 0xfe_dcba),
+            ("infiniband.cm.rep.tgtackdelay", 15),
+            ("infiniband.cm.rep.rnrretrcount", 6),
+            ("infiniband.cm.rep.srq", 1),
+        ],
+        &[
+            ("infiniband.mad.attributeid", 0x14),
+            ("infiniband.cm.rtu.localcommid", 0x1234_5678),
+            ("infiniband.cm.rtu.remotecommid", 0x0a0b_0c0d),
+        ],
+        &[
+            ("infiniband.mad.attributeid", 0x12),
+            ("infiniband.cm.rej.localcommid", 0x0a0b_0c0d),
+            ("infiniband.cm.rej.msgrej", 1),
+            ("infiniband.cm.rej.rejinfolen", 16),
+            ("infiniband.cm.rej.reason", 28),
+        ],
+        &[
+            ("infiniband.mad.attributeid", 0x15),
+            ("infiniband.cm.dreq.localcommid", 0x1234_5678),
+            ("infiniband.cm.req.remoteqpneecn", 0x11_2233),
+        ],
+        &[
+            ("infiniband.mad.attributeid", 0x16),
+            ("infiniband.cm.drsp.localcommid", 0x0a0b_0c0d),
+            ("infiniband.cm.drsp.remotecommid", 0x1234_5678),
+        ],
+    ];
+    let num = |s: &str| -> u64 {
+        s.strip_prefix("0x")
+            .map(|h| u64::from_str_radix(h, 16))
+            .unwrap_or_else(|| s.parse())
+            .unwrap_or_else(|e| panic!("{s:?}: {e}"))
+    };
+    for (i, fields) in want.iter().enumerate() {
+        let mut cmd = Command::new("tshark");
+        cmd.args(["-n", "-r"]).arg(&path);
+        cmd.args(["-Y", &format!("frame.number == {}", i + 1)]);
+        cmd.args(["-T", "fields", "-E", "separator=;", "-E", "occurrence=f"]);
+        cmd.args(["-e", "_ws.malformed", "-e", "infiniband.cm.req.ip_cm.sip4"]);
+        for (f, _) in fields.iter() {
+            cmd.args(["-e", f]);
+        }
+        let out = cmd
+            .output()
+            .expect("tshark not found: install the Debian package `tshark`");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let line = String::from_utf8(out.stdout).unwrap();
+        let got: Vec<&str> = line.trim_end().split(';').collect();
+        assert_eq!(got.len(), fields.len() + 2, "frame {}: {line}", i + 1);
+        assert_eq!(got[0], "", "marked malformed: frame {}: {line}", i + 1);
+        if i == 0 {
+            assert_eq!(got[1], "10.77.0.1", "rdma_cm source address: {line}");
+        }
+        for ((f, v), g) in fields.iter().zip(&got[2..]) {
+            assert_eq!(num(g), *v, "frame {} {f}: {line}", i + 1);
         }
     }
     std::fs::remove_dir_all(&dir).ok();

@@ -15,8 +15,8 @@
 use ferroce_wire::opcode::HeaderSet;
 use ferroce_wire::packet::ICRC_LEN;
 use ferroce_wire::{
-    aeth, atomic_ack_eth, atomic_eth, bth, cnp, deth, gso, icrc, ieth, immdt, ipv4, reth, Datagram,
-    DatagramRepr, Error, Frame, FrameRepr, IbRepr, IpHeader, Packet,
+    aeth, atomic_ack_eth, atomic_eth, bth, cm, cnp, deth, gso, icrc, ieth, immdt, ipv4, mad, reth,
+    Datagram, DatagramRepr, Error, Frame, FrameRepr, IbRepr, IpHeader, Packet,
 };
 
 /// A fuzz target body.
@@ -39,6 +39,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("atomic_eth", atomic_eth),
     ("atomic_ack_eth", atomic_ack_eth),
     ("cnp", cnp),
+    ("cm_mad", cm_mad),
 ];
 
 /// Bits of the BTH that survive parse and emit; other bytes survive whole. The reserved bits
@@ -540,3 +541,33 @@ header_target!(
     cnp,
     &[]
 );
+
+/// `cm_mad`: the 256-byte payload of a MAD to QP1 → `cm::Repr` → emit → parse again. What
+/// parses emits one whole MAD that parses to the same message, with the header bytes the
+/// parse looked at unchanged; a REQ's or SIDR REQ's rdma_cm header, when it parses, emits
+/// back to itself.
+pub fn cm_mad(data: &[u8]) {
+    let Ok(m) = mad::Mad::new_checked(data) else {
+        return;
+    };
+    let Ok(repr) = cm::Repr::parse(&m) else {
+        return;
+    };
+    let out = repr.to_bytes();
+    assert_eq!(out.len(), mad::MAD_LEN);
+    assert_eq!(&out[..4], &data[..4], "versions, class, method");
+    assert_eq!(&out[8..18], &data[8..18], "transaction and attribute IDs");
+    let again = cm::Repr::parse(&mad::Mad::new_checked(&out[..]).expect("a whole MAD"))
+        .expect("what ferroce emits parses");
+    assert_eq!(again, repr);
+    let private: &[u8] = match &repr.msg {
+        cm::Message::Req(r) => &r.private_data,
+        cm::Message::SidrReq(r) => &r.private_data,
+        _ => return,
+    };
+    if let Ok(h) = cm::rdma_cm::IpHeader::parse(private) {
+        let mut b = [0u8; cm::rdma_cm::LEN];
+        h.emit(&mut b).expect("a parsed header emits");
+        assert_eq!(cm::rdma_cm::IpHeader::parse(&b), Ok(h));
+    }
+}

@@ -49,6 +49,18 @@ pub enum Error {
     HeaderMismatch,
     /// Emit: the buffer is too small for the representation.
     BufferTooSmall,
+    /// A management datagram's base version is not 1 (the version is given).
+    BadMadVersion(u8),
+    /// A MAD of a management class or class version this stack does not parse (class and
+    /// version are given); the communication manager's is class 0x07, version 2.
+    UnsupportedMadClass(u8, u8),
+    /// A communication manager MAD whose method is not Send (the method is given).
+    BadCmMethod(u8),
+    /// A communication manager MAD with an attribute (message type) this stack does not
+    /// know (the attribute ID is given).
+    UnknownCmAttribute(u16),
+    /// rdma_cm's private-data header has an unknown version or IP version (both given).
+    BadRdmaCmHeader(u8, u8),
 }
 
 /// The layer that a [`Error::Truncated`] cut short.
@@ -68,6 +80,8 @@ pub enum Layer {
     Extension,
     /// The 4-byte ICRC at the end of the packet.
     Icrc,
+    /// A management datagram (MAD): its 256 bytes, or a header inside its data.
+    Mad,
 }
 
 impl fmt::Display for Error {
@@ -95,6 +109,15 @@ impl fmt::Display for Error {
             }
             Error::HeaderMismatch => write!(f, "extension headers do not match the opcode"),
             Error::BufferTooSmall => write!(f, "buffer too small"),
+            Error::BadMadVersion(v) => write!(f, "MAD base version {v} is not 1"),
+            Error::UnsupportedMadClass(c, v) => {
+                write!(f, "unsupported MAD class {c:#04x} version {v}")
+            }
+            Error::BadCmMethod(m) => write!(f, "CM MAD method {m:#04x} is not Send"),
+            Error::UnknownCmAttribute(a) => write!(f, "unknown CM attribute {a:#06x}"),
+            Error::BadRdmaCmHeader(v, ip) => {
+                write!(f, "rdma_cm header version {v} / IP version {ip} unknown")
+            }
         }
     }
 }

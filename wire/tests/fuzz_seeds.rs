@@ -458,9 +458,34 @@ fn gso_seeds(seeds: &mut Seeds) {
     }
 }
 
+/// The `cm_mad` seeds: every CM MAD (the payload of a UD packet to QP1) in the rdma_cm
+/// captures of `tests/vectors/rxe-cm/`, named `rxe-<capture>-<frame>`.
+fn cm_seeds(seeds: &mut Seeds) {
+    let dir = root().join("tests/vectors/rxe-cm");
+    let mut pcaps: Vec<PathBuf> = fs::read_dir(&dir)
+        .expect("tests/vectors/rxe-cm")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "pcap"))
+        .collect();
+    pcaps.sort();
+    for pcap in pcaps {
+        let stem = pcap.file_stem().unwrap().to_string_lossy().into_owned();
+        for (i, bytes) in read_pcap(&pcap).iter().enumerate() {
+            let Ok(frame) = Frame::parse(bytes) else {
+                continue;
+            };
+            let ib = frame.ib();
+            if ib.bth().dest_qp() == ferroce_wire::mad::GSI_QPN {
+                seeds.add("cm_mad", &format!("rxe-{stem}-{:03}", i + 1), ib.payload());
+            }
+        }
+    }
+}
+
 fn generate() -> Seeds {
     let mut seeds = Seeds::default();
     rxe_seeds(&mut seeds);
+    cm_seeds(&mut seeds);
     synth_seeds(&mut seeds);
     gso_seeds(&mut seeds);
     seeds
