@@ -3,7 +3,7 @@
 use std::net::IpAddr;
 
 use ferroce_wire::{
-    aeth::NakCode, Datagram, Error as WireError, Frame, IpHeader, Packet, Syndrome,
+    aeth::NakCode, cm, mad, Datagram, Error as WireError, Frame, IpHeader, Packet, Syndrome,
 };
 use serde_json::{json, Map, Value};
 
@@ -154,7 +154,103 @@ fn extensions(p: &Packet<&[u8]>) -> Vec<(String, &'static str, Value)> {
     if p.cnp().is_some() {
         out.push(("CNP".to_string(), "cnp", json!({})));
     }
+    if p.deth().is_some() && p.bth().dest_qp() == mad::GSI_QPN {
+        out.push(management(p.payload()));
+    }
     out
+}
+
+/// A MAD to QP1: the CM message it holds (with rdma_cm's addresses when a request has
+/// them), or why it is not one.
+fn management(payload: &[u8]) -> (String, &'static str, Value) {
+    let parsed = mad::Mad::new_checked(payload).and_then(|m| cm::Repr::parse(&m));
+    let r = match parsed {
+        Ok(r) => r,
+        Err(e) => return (format!("MAD ({e})"), "mad", json!({"error": e.to_string()})),
+    };
+    let ids = |local: u32, remote: u32| {
+        (
+            format!("comm={local:#x} remote={remote:#x}"),
+            json!({"local_comm_id": local, "remote_comm_id": remote}),
+        )
+    };
+    let rdma_cm_ip = |private: &[u8]| match cm::rdma_cm::IpHeader::parse(private) {
+        Ok(h) => (
+            format!(" ip={}:{} -> {}", h.src, h.src_port, h.dst),
+            json!({"src": h.src.to_string(), "src_port": h.src_port, "dst": h.dst.to_string()}),
+        ),
+        Err(_) => (String::new(), Value::Null),
+    };
+    let service = |sid: u64| match cm::rdma_cm::split_service_id(sid) {
+        Some((ps, port)) => format!("sid={sid:#x} (ps={:#06x} port={port})", ps.0),
+        None => format!("sid={sid:#x}"),
+    };
+    let (text, mut v) = match &r.msg {
+        cm::Message::Req(q) => {
+            let (ip, ipj) = rdma_cm_ip(&q.private_data);
+            (
+                format!(
+                    "comm={:#x} {} qpn={:#x} psn={:#x} {:?} mtu={} retry={} rnr_retry={}{ip}",
+                    q.local_comm_id,
+                    service(q.service_id),
+                    q.local_qpn,
+                    q.starting_psn,
+                    q.transport,
+                    q.path_mtu,
+                    q.retry_count,
+                    q.rnr_retry_count
+                ),
+                json!({"local_comm_id": q.local_comm_id, "service_id": q.service_id,
+                       "local_qpn": q.local_qpn, "starting_psn": q.starting_psn,
+                       "transport": format!("{:?}", q.transport), "path_mtu": q.path_mtu,
+                       "rdma_cm": ipj}),
+            )
+        }
+        cm::Message::Rep(p) => {
+            let (t, mut j) = ids(p.local_comm_id, p.remote_comm_id);
+            j["local_qpn"] = json!(p.local_qpn);
+            j["starting_psn"] = json!(p.starting_psn);
+            (
+                format!("{t} qpn={:#x} psn={:#x}", p.local_qpn, p.starting_psn),
+                j,
+            )
+        }
+        cm::Message::Rej(x) => {
+            let (t, mut j) = ids(x.local_comm_id, x.remote_comm_id);
+            j["reason"] = json!(x.reason.0);
+            j["message_rejected"] = json!(format!("{:?}", x.message_rejected));
+            (
+                format!("{t} reason={} of {:?}", x.reason.0, x.message_rejected),
+                j,
+            )
+        }
+        cm::Message::Mra(x) => ids(x.local_comm_id, x.remote_comm_id),
+        cm::Message::Rtu(x) => ids(x.local_comm_id, x.remote_comm_id),
+        cm::Message::Drep(x) => ids(x.local_comm_id, x.remote_comm_id),
+        cm::Message::Dreq(x) => {
+            let (t, mut j) = ids(x.local_comm_id, x.remote_comm_id);
+            j["remote_qpn"] = json!(x.remote_qpn);
+            (format!("{t} remote_qpn={:#x}", x.remote_qpn), j)
+        }
+        cm::Message::SidrReq(x) => {
+            let (ip, ipj) = rdma_cm_ip(&x.private_data);
+            (
+                format!("req={:#x} {}{ip}", x.request_id, service(x.service_id)),
+                json!({"request_id": x.request_id, "service_id": x.service_id, "rdma_cm": ipj}),
+            )
+        }
+        cm::Message::SidrRep(x) => (
+            format!(
+                "req={:#x} status={} qpn={:#x} qkey={:#x}",
+                x.request_id, x.status.0, x.qpn, x.qkey
+            ),
+            json!({"request_id": x.request_id, "status": x.status.0, "qpn": x.qpn,
+                   "qkey": x.qkey}),
+        ),
+    };
+    v["type"] = json!(r.msg.name());
+    v["tid"] = json!(r.tid);
+    (format!("CM {} {text}", r.msg.name()), "cm", v)
 }
 
 /// Summarises a RoCE v2 datagram found in `frame`.

@@ -145,3 +145,45 @@ fn table_names_match_the_manifest_names() {
         }
     }
 }
+
+/// `ferroce decode` names the CM message in every MAD of rdma_cm's captures
+/// (`tests/vectors/rxe-cm`), with rdma_cm's addresses and the REJ's reason.
+#[test]
+fn decode_shows_the_cm_messages_of_rdma_cm() {
+    use ferroce_cli::decode::summarize;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/vectors/rxe-cm");
+    let cm_of = |file: &str| -> Vec<serde_json::Value> {
+        let mut out = Vec::new();
+        for frame in CaptureReader::open(&dir.join(file)).unwrap() {
+            let frame = frame.unwrap();
+            if let Classified::Roce(d) = classify(&frame) {
+                let s = summarize(&frame, &d);
+                if let Some(cm) = s.json.get("cm") {
+                    assert!(s.line.contains(" | CM "), "{}", s.line);
+                    out.push(cm.clone());
+                }
+            }
+        }
+        out
+    };
+    let types = |v: &[serde_json::Value]| -> Vec<String> {
+        v.iter()
+            .map(|c| c["type"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let rping = cm_of("cm_rping.pcap");
+    assert_eq!(types(&rping), ["REQ", "REP", "RTU", "DREQ", "DREP"]);
+    assert_eq!(rping[0]["service_id"], 0x0106_1d2f);
+    assert_eq!(rping[0]["rdma_cm"]["src"], "10.77.0.1");
+    assert_eq!(rping[0]["rdma_cm"]["dst"], "10.77.0.2");
+    assert_eq!(rping[1]["remote_comm_id"], rping[0]["local_comm_id"]);
+    let rej = cm_of("cm_rej.pcap");
+    assert_eq!(types(&rej), ["REQ", "REJ"]);
+    assert_eq!(rej[1]["reason"], 8, "invalid service ID: nobody listens");
+    let sidr = cm_of("cm_udaddy.pcap");
+    assert_eq!(
+        types(&sidr),
+        ["SIDR_REQ", "SIDR_REQ", "SIDR_REP", "SIDR_REP"]
+    );
+    assert_eq!(sidr[2]["status"], 0);
+}
