@@ -51,6 +51,7 @@
 #![warn(missing_debug_implementations)]
 #![warn(missing_docs)]
 
+pub mod cm;
 mod counters;
 mod cq;
 mod dcqcn;
