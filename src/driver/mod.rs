@@ -190,6 +190,21 @@ impl Shared {
         }
     }
 
+    /// Creates the GSI QP (QP1, see [`Endpoint::create_gsi_qp`]) and lets QP1's frames in
+    /// from the link.
+    pub fn create_gsi_qp(&self, pd: PdId, init: QpInitAttr) -> ferroce_transport::Result<u32> {
+        if let Err(e) = self.io.link.serve_gsi() {
+            tracing::warn!(error = %e, "cannot take in frames for QP1");
+            return Err(ferroce_transport::Error::OutOfResources);
+        }
+        // The CM's peers may be other processes on this host.
+        self.io.link.serve_same_host();
+        let mut ep = self.endpoint();
+        let r = ep.create_gsi_qp(pd, init);
+        self.io.link.report_qps(ep.qp_count());
+        r
+    }
+
     /// Destroys a QP (see [`Endpoint::destroy_qp`]) and tells the host the new count.
     pub fn destroy_qp(&self, ep: &mut Endpoint, qpn: u32) -> ferroce_transport::Result<()> {
         let r = ep.destroy_qp(qpn);

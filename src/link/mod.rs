@@ -63,6 +63,12 @@ pub trait Link: Send + Sync + 'static {
     }
     /// Tells other processes how many QPs this one has on the link.
     fn report_qps(&self, _qps: usize) {}
+    /// This process runs a general services QP (QP1, where the CM's MADs arrive): a
+    /// shared interface's filter lets frames for QP1 in too. Every process with one gets
+    /// them; each takes only what names its own connections.
+    fn serve_gsi(&self) -> io::Result<()> {
+        Ok(())
+    }
     /// A QP of this process talks to an address of this host: from now on the link also
     /// takes in the frames other processes here send to the interface's own address. Until
     /// then a shared interface does not show a process the others' outgoing frames at all.

@@ -44,6 +44,8 @@ pub struct PacketLink {
     /// Set once [`Link::serve_same_host`] has run: the socket takes in the frames other
     /// processes on this host send (it never goes back; see there).
     serving_same_host: AtomicBool,
+    /// A GSI QP runs here: the filter takes QP1's frames too (see [`Link::serve_gsi`]).
+    serving_gsi: AtomicBool,
 }
 
 /// What the GSO data path did, for `--stats`.
@@ -106,7 +108,7 @@ impl PacketLink {
                 None
             }
         };
-        let filter = roce_filter(&filter_spec(&iface, share.as_ref()));
+        let filter = roce_filter(&filter_spec(&iface, share.as_ref(), false));
         let socket = RawSocket::open(iface.index, max_frame, rings, &filter, vnet_wanted())
             .map_err(|e| match e.raw_os_error() {
                 Some(libc::EPERM) | Some(libc::EACCES) => LinkError::Permission,
@@ -155,6 +157,7 @@ impl PacketLink {
             share,
             rx_drops: AtomicU64::new(0),
             serving_same_host: AtomicBool::new(false),
+            serving_gsi: AtomicBool::new(false),
         };
         tracing::info!(iface = %link.iface.name, io = link.io_mode(), "link open");
         Ok(link)
@@ -319,12 +322,19 @@ fn refuses_offload(e: &io::Error) -> bool {
     )
 }
 
-/// The socket filter for `iface`: this process's blocks if it shares the interface.
-fn filter_spec(iface: &Interface, share: Option<&Share>) -> FilterSpec {
+/// The socket filter for `iface`: this process's blocks if it shares the interface, and
+/// block 0 (QP1's; the registry never hands it out) when it runs a GSI QP.
+fn filter_spec(iface: &Interface, share: Option<&Share>, gsi: bool) -> FilterSpec {
     FilterSpec {
         own_mac: iface.mac,
         outgoing_to_self: !iface.loopback,
-        blocks: share.map(Share::blocks),
+        blocks: share.map(|s| {
+            let mut b = s.blocks();
+            if gsi {
+                b.push(0);
+            }
+            b
+        }),
     }
 }
 
@@ -345,9 +355,20 @@ impl Link for PacketLink {
         let Some(b) = share.claim()? else {
             return Ok(None);
         };
+        let gsi = self.serving_gsi.load(Ordering::Relaxed);
         self.socket
-            .set_filter(&roce_filter(&filter_spec(&self.iface, Some(share))))?;
+            .set_filter(&roce_filter(&filter_spec(&self.iface, Some(share), gsi)))?;
         Ok(Some(b))
+    }
+    fn serve_gsi(&self) -> io::Result<()> {
+        let Some(share) = &self.share else {
+            return Ok(()); // the filter takes every QP's frames already
+        };
+        if self.serving_gsi.swap(true, Ordering::Relaxed) {
+            return Ok(());
+        }
+        self.socket
+            .set_filter(&roce_filter(&filter_spec(&self.iface, Some(share), true)))
     }
     fn report_qps(&self, qps: usize) {
         if let Some(s) = &self.share {

@@ -92,6 +92,28 @@ impl ProtectionDomain {
         Ok(QueuePair::new(self.ctx.clone(), qpn, qp_type))
     }
 
+    /// Creates the device's general services QP: the UD QP numbered 1 where the
+    /// communication manager's MADs arrive and leave (see [`crate::cm`]). One per device;
+    /// bring it up like any UD QP, with the GSI's Q_Key
+    /// ([`ferroce_wire::mad::GSI_QKEY`]).
+    pub fn create_gsi_qp(
+        &self,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+        cap: QpCap,
+    ) -> Result<QueuePair, Error> {
+        let init = QpInitAttr {
+            qp_type: QpType::Ud,
+            send_cq: send_cq.id(),
+            recv_cq: recv_cq.id(),
+            cap,
+            sq_sig_all: false,
+            srq: None,
+        };
+        let qpn = self.ctx.shared().create_gsi_qp(self.id, init)?;
+        Ok(QueuePair::new(self.ctx.clone(), qpn, QpType::Ud))
+    }
+
     /// A shared receive queue of `max_wr` WRs of up to `max_sge` elements each.
     pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<SharedReceiveQueue, Error> {
         let id = self.ctx.shared().endpoint().create_srq(

@@ -473,6 +473,24 @@ impl Endpoint {
 
     /// Creates a QP in RESET; returns its number.
     pub fn create_qp(&mut self, pd: PdId, init: QpInitAttr) -> Result<u32> {
+        self.create_qp_numbered(pd, init, None)
+    }
+
+    /// Creates the general services QP: a UD QP numbered 1, where management datagrams
+    /// (the CM's) arrive and leave. Give it the GSI's Q_Key
+    /// ([`ferroce_wire::mad::GSI_QKEY`]) when moving it to INIT. One per endpoint:
+    /// [`Error::InvalidAttr`] while it exists, or for another QP type than UD.
+    pub fn create_gsi_qp(&mut self, pd: PdId, init: QpInitAttr) -> Result<u32> {
+        if init.qp_type != QpType::Ud {
+            return Err(Error::InvalidAttr("the GSI QP is a UD QP"));
+        }
+        if self.qps.contains_key(&ferroce_wire::mad::GSI_QPN) {
+            return Err(Error::InvalidAttr("the GSI QP exists already"));
+        }
+        self.create_qp_numbered(pd, init, Some(ferroce_wire::mad::GSI_QPN))
+    }
+
+    fn create_qp_numbered(&mut self, pd: PdId, init: QpInitAttr, qpn: Option<u32>) -> Result<u32> {
         if !self.mrs.pd_exists(pd) {
             return Err(Error::InvalidPd);
         }
@@ -492,7 +510,10 @@ impl Endpoint {
         if let Some(id) = init.srq {
             self.srqs.get(id).ok_or(Error::InvalidSrq)?;
         }
-        let qpn = self.alloc_qpn().ok_or(Error::NoQpn)?;
+        let qpn = match qpn {
+            Some(q) => q,
+            None => self.alloc_qpn().ok_or(Error::NoQpn)?,
+        };
         let mut qp = Qp::new(
             qpn,
             init.qp_type,

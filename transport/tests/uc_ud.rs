@@ -213,3 +213,70 @@ fn uc_write_with_imm_and_no_acks() {
         "UC responders send nothing"
     );
 }
+
+/// The GSI QP: number 1, UD, one per endpoint; a MAD from one endpoint's QP1 reaches the
+/// other's with the GSI's Q_Key, and its source QP is 1.
+#[test]
+fn the_gsi_qp_is_qp1_and_carries_mads() {
+    use ferroce_transport::{QpCap, QpInitAttr};
+    use ferroce_wire::mad::{GSI_QKEY, GSI_QPN, MAD_LEN};
+    let mut sim = Sim::new(32, 2, false);
+    let o = QpOpts {
+        qp_type: QpType::Ud,
+        qkey: GSI_QKEY,
+        ..Default::default()
+    };
+    let mut sides = Vec::new();
+    for node in 0..2 {
+        let ep = &mut sim.nodes[node];
+        let pd = ep.alloc_pd();
+        let cq = ep.create_cq(64).unwrap();
+        let init = QpInitAttr {
+            qp_type: QpType::Ud,
+            send_cq: cq,
+            recv_cq: cq,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+            srq: None,
+        };
+        assert_eq!(ep.create_gsi_qp(pd, init), Ok(GSI_QPN));
+        assert!(matches!(
+            ep.create_gsi_qp(pd, init),
+            Err(Error::InvalidAttr(_))
+        ));
+        let rc = QpInitAttr {
+            qp_type: QpType::Rc,
+            ..init
+        };
+        assert!(matches!(
+            ep.create_gsi_qp(pd, rc),
+            Err(Error::InvalidAttr(_))
+        ));
+        let other = ep.create_qp(pd, init).unwrap();
+        assert_ne!(other, GSI_QPN, "ordinary QPs never get number 1");
+        sides.push(ferroce_transport::testing::Side {
+            node,
+            pd,
+            cq,
+            qpn: GSI_QPN,
+        });
+    }
+    let (a, b) = (sides[0], sides[1]);
+    let (ga, gb) = (sim.gid(0), sim.gid(1));
+    bring_up(&mut sim, a, gb, GSI_QPN, &o, 0);
+    bring_up(&mut sim, b, ga, GSI_QPN, &o, 1);
+    let mad = pattern(7, MAD_LEN);
+    let src = mr(&mut sim, a, mad.clone());
+    let dst = mr(&mut sim, b, vec![0; 40 + MAD_LEN]);
+    post_recv(&mut sim, b, 5, vec![sge(&dst, 0, 40 + MAD_LEN as u32)]);
+    let mut wr = send_wr(1, WrOpcode::Send, vec![sge(&src, 0, MAD_LEN as u32)]);
+    wr.ud = Some(UdDest::new(gb, GSI_QPN, GSI_QKEY));
+    sim.nodes[0].post_send(sim.now, GSI_QPN, &wr).unwrap();
+    let wb = wait_wcs(&mut sim, b, 1);
+    assert_ok(&wb);
+    assert_eq!(
+        (wb[0].src_qp, wb[0].byte_len),
+        (GSI_QPN, 40 + MAD_LEN as u32)
+    );
+    assert_eq!(&sim.nodes[1].mr_bytes(dst.lkey).unwrap()[40..], &mad[..]);
+}
