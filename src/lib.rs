@@ -9,6 +9,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod capture;
+pub mod cm;
 pub mod driver;
 pub mod link;
 pub mod memory;

@@ -44,6 +44,7 @@ pub use mr::{BorrowedRegion, MemoryRegion, RawRegion, RegionScope};
 pub use mw::MemoryWindow;
 pub use pd::{AddressHandle, ProtectionDomain, SharedReceiveQueue};
 pub use qp::{QueuePair, RcPath};
+pub(crate) use random::os_random;
 pub use random::random_psn;
 
 pub use crate::driver::AsyncEventSink;

@@ -1,0 +1,679 @@
+//! Connection management for the Rust API: what rdma_cm does for C programs. A
+//! [`ConnectionManager`] runs the device's general services QP (QP1) and the sans-IO
+//! [`ferroce_transport::cm::Cm`] over it on a thread of its own, so that RC connections
+//! are made the way Linux's rdma_cm and RoCE NICs make them: a REQ, REP and RTU on QP1
+//! carrying the QP numbers and PSNs, then a DREQ and DREP to end.
+//!
+//! ```
+//! use ferroce::cm::ConnectionManager;
+//! use ferroce::verbs::*;
+//! use std::time::Duration;
+//! let (a, b) = Context::memory_pair()?;
+//! let (cm_a, cm_b) = (ConnectionManager::open(&a)?, ConnectionManager::open(&b)?);
+//! cm_b.listen(7471)?;
+//! let (pd_a, pd_b) = (a.alloc_pd()?, b.alloc_pd()?);
+//! let (cq_a, cq_b) = (a.create_cq(8)?, b.create_cq(8)?);
+//! let qp_a = pd_a.create_qp(&cq_a, &cq_a, QpType::Rc, QpCap::default())?;
+//! let qp_b = pd_b.create_qp(&cq_b, &cq_b, QpType::Rc, QpCap::default())?;
+//! let t = Duration::from_secs(5);
+//! let server = std::thread::spawn(move || {
+//!     let req = cm_b.get_request(7471, t).expect("a request");
+//!     cm_b.accept_rc(&req, &qp_b, b"welcome", t).expect("accepted")
+//! });
+//! let to = b.gid(0).unwrap();
+//! let conn = cm_a.connect_rc(&qp_a, to.into(), 7471, b"hello", t)?;
+//! assert_eq!(&conn.private_data[..7], b"welcome");
+//! let accepted = server.join().unwrap();
+//! assert_eq!(&accepted.private_data[..5], b"hello");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant as StdInstant};
+
+use ferroce_transport::cm::{Cm, CmConfig, CmCounters, CmEvent, CmTransmit, CommId};
+use ferroce_transport::Instant;
+use ferroce_wire::cm::rdma_cm::{self, IpHeader, PortSpace};
+use ferroce_wire::cm::{RejReason, Rep, Req, Transport};
+use ferroce_wire::mad::{GSI_QKEY, GSI_QPN, MAD_LEN};
+
+use crate::verbs::{
+    random_psn, Access, AddressHandle, AddressVector, CompletionQueue, Context, Error,
+    MemoryRegion, ProtectionDomain, QpCap, QueuePair, RcPath, RecvWr, SendFlags, SendWr, WcStatus,
+    WrOpcode,
+};
+
+/// Receive buffers kept posted on QP1.
+const RECV_SLOTS: usize = 64;
+/// MADs in flight at once.
+const SEND_SLOTS: usize = 32;
+/// One receive buffer: the 40-byte GRH area and a MAD.
+const SLOT: usize = 40 + MAD_LEN;
+/// What this side offers for RDMA READ and atomics, both ways (rdma_cm's users ask for
+/// what they need; `RcPath`'s defaults are these).
+const RD_ATOMIC: u8 = 16;
+
+/// Why making or ending a connection failed.
+#[derive(Debug)]
+pub enum CmFailure {
+    /// The device refused a verbs call.
+    Verbs(Error),
+    /// The connection manager refused the call.
+    Cm(ferroce_transport::cm::CmError),
+    /// The peer refused (its REJ's reason).
+    Rejected(RejReason),
+    /// The peer never answered (every resend went unanswered).
+    Unreachable,
+    /// Nothing happened within the time given.
+    TimedOut,
+    /// The peer's message made no sense (an event this step does not expect).
+    Unexpected(CmEvent),
+}
+
+impl std::fmt::Display for CmFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CmFailure::Verbs(e) => write!(f, "{e}"),
+            CmFailure::Cm(e) => write!(f, "{e}"),
+            CmFailure::Rejected(r) if *r == RejReason::INVALID_SERVICE_ID => {
+                write!(f, "connection refused: nothing listens on that port")
+            }
+            CmFailure::Rejected(r) => write!(f, "connection rejected (IB CM reason {})", r.0),
+            CmFailure::Unreachable => write!(f, "the peer's connection manager never answered"),
+            CmFailure::TimedOut => write!(f, "timed out"),
+            CmFailure::Unexpected(e) => write!(f, "unexpected connection event {e:?}"),
+        }
+    }
+}
+
+impl std::error::Error for CmFailure {}
+
+impl From<Error> for CmFailure {
+    fn from(e: Error) -> Self {
+        CmFailure::Verbs(e)
+    }
+}
+
+impl From<ferroce_transport::cm::CmError> for CmFailure {
+    fn from(e: ferroce_transport::cm::CmError) -> Self {
+        CmFailure::Cm(e)
+    }
+}
+
+/// A connection request waiting for [`ConnectionManager::accept_rc`] or
+/// [`ConnectionManager::reject`].
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The connection.
+    pub id: CommId,
+    /// The requester's GID.
+    pub from: Ipv6Addr,
+    /// The REQ.
+    pub req: Box<Req>,
+    /// rdma_cm's addresses and source port, if the REQ has its header.
+    pub ip: Option<IpHeader>,
+}
+
+/// A connection made.
+#[derive(Debug, Clone)]
+pub struct Connection {
+    /// The connection (for [`ConnectionManager::disconnect`]).
+    pub id: CommId,
+    /// The peer's GID.
+    pub remote: Ipv6Addr,
+    /// The peer's QP number.
+    pub remote_qpn: u32,
+    /// The peer's private data (whole: the wire does not say how much was meant), after
+    /// rdma_cm's header on the passive side.
+    pub private_data: Vec<u8>,
+}
+
+struct State {
+    cm: Cm,
+    free_send: Vec<usize>,
+    /// MADs waiting for a send slot.
+    pending: VecDeque<CmTransmit>,
+    ahs: HashMap<Ipv6Addr, AddressHandle>,
+    /// Events of each connection, but connect requests.
+    events: HashMap<CommId, VecDeque<CmEvent>>,
+    /// Connect requests by service ID.
+    requests: HashMap<u64, VecDeque<CmEvent>>,
+    /// MADs that could not be sent (no route to the peer).
+    unsent: u64,
+}
+
+struct Inner {
+    ctx: Context,
+    // Field order is drop order: the QP before the CQ, buffers and PD it uses.
+    qp: QueuePair,
+    cq: CompletionQueue,
+    recv: MemoryRegion,
+    send: MemoryRegion,
+    pd: ProtectionDomain,
+    state: Mutex<State>,
+    changed: Condvar,
+    stop: AtomicBool,
+    epoch: StdInstant,
+}
+
+/// The connection manager of one device.
+pub struct ConnectionManager {
+    inner: Arc<Inner>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for ConnectionManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectionManager")
+            .field("device", &self.inner.ctx.attr().name)
+            .finish()
+    }
+}
+
+fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl ConnectionManager {
+    /// Starts the device's connection manager: creates QP1 and its buffers, and the
+    /// thread that answers on it. One per device ([`Error`] if QP1 exists already).
+    pub fn open(ctx: &Context) -> Result<ConnectionManager, Error> {
+        let pd = ctx.alloc_pd()?;
+        let cq = ctx.create_cq(RECV_SLOTS + SEND_SLOTS)?;
+        let cap = QpCap {
+            max_send_wr: SEND_SLOTS as u32,
+            max_recv_wr: RECV_SLOTS as u32,
+            ..QpCap::default()
+        };
+        let qp = pd.create_gsi_qp(&cq, &cq, cap)?;
+        qp.ready_ud(GSI_QKEY, 0)?;
+        let recv = pd.reg_mr(RECV_SLOTS * SLOT, Access::LOCAL_WRITE)?;
+        let send = pd.reg_mr(SEND_SLOTS * MAD_LEN, Access::empty())?;
+        for slot in 0..RECV_SLOTS {
+            post_recv_slot(&qp, &recv, slot)?;
+        }
+        let config = CmConfig {
+            ca_guid: ctx.attr().node_guid,
+            ..CmConfig::default()
+        };
+        let fill = crate::verbs::os_random()?;
+        let inner = Arc::new(Inner {
+            ctx: ctx.clone(),
+            qp,
+            cq,
+            recv,
+            send,
+            pd,
+            state: Mutex::new(State {
+                cm: Cm::new(config, fill),
+                free_send: (0..SEND_SLOTS).collect(),
+                pending: VecDeque::new(),
+                ahs: HashMap::new(),
+                events: HashMap::new(),
+                requests: HashMap::new(),
+                unsent: 0,
+            }),
+            changed: Condvar::new(),
+            stop: AtomicBool::new(false),
+            epoch: StdInstant::now(),
+        });
+        let t = inner.clone();
+        let thread = std::thread::Builder::new()
+            .name("ferroce-cm".into())
+            .spawn(move || t.run())
+            .map_err(|_| Error::Transport(ferroce_transport::Error::OutOfResources))?;
+        Ok(ConnectionManager {
+            inner,
+            thread: Some(thread),
+        })
+    }
+
+    /// The connection manager's counters (Linux's `cm_rx_msgs.*` names and ferroce's
+    /// drops), and MADs that found no route to their peer.
+    pub fn counters(&self) -> (CmCounters, u64) {
+        let s = relock(&self.inner.state);
+        (s.cm.counters().clone(), s.unsent)
+    }
+
+    /// Takes connection requests for `port` in rdma_cm's TCP port space (what rping,
+    /// perftest's `-R` and rdma_cm's RC users connect to).
+    pub fn listen(&self, port: u16) -> Result<(), CmFailure> {
+        let sid = rdma_cm::service_id(PortSpace::TCP, port);
+        relock(&self.inner.state).cm.listen(sid)?;
+        Ok(())
+    }
+
+    /// The next connection request for `port`.
+    pub fn get_request(&self, port: u16, timeout: Duration) -> Option<Request> {
+        let sid = rdma_cm::service_id(PortSpace::TCP, port);
+        let ev = self.inner.wait(timeout, |s| {
+            s.requests.get_mut(&sid).and_then(VecDeque::pop_front)
+        })?;
+        match ev {
+            CmEvent::ConnectRequest { id, from, req } => Some(Request {
+                id,
+                from,
+                ip: IpHeader::parse(&req.private_data).ok(),
+                req,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Connects `qp` (an RC QP in RESET, or in INIT with receives posted) to whoever listens on `port` at `remote`, the
+    /// way rdma_cm does: a REQ with rdma_cm's IP header and up to 56 bytes of
+    /// `private_data`, then, on the REP, the QP brought to RTS and the RTU sent.
+    pub fn connect_rc(
+        &self,
+        qp: &QueuePair,
+        remote: IpAddr,
+        port: u16,
+        private_data: &[u8],
+        timeout: Duration,
+    ) -> Result<Connection, CmFailure> {
+        let ctx = &self.inner.ctx;
+        let remote_gid = gid_of(remote);
+        let remote = ip_of(remote_gid); // an IPv4-mapped IPv6 address is IPv4 to rdma_cm
+        let (sgid_index, local_gid) = source_for(ctx, remote_gid)?;
+        let my_psn = random_psn()?;
+        let mut req = Req {
+            service_id: rdma_cm::service_id(PortSpace::TCP, port),
+            local_qpn: qp.qpn(),
+            starting_psn: my_psn,
+            transport: Transport::Rc,
+            responder_resources: RD_ATOMIC,
+            initiator_depth: RD_ATOMIC,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            pkey: 0xffff,
+            path_mtu: mtu_code(ctx.attr().active_mtu),
+            ..Req::default()
+        };
+        req.primary.local_lid = 0xffff;
+        req.primary.remote_lid = 0xffff;
+        req.primary.local_gid = local_gid.octets();
+        req.primary.remote_gid = remote_gid.octets();
+        req.primary.hop_limit = 64;
+        req.primary.local_ack_timeout = 14;
+        let header = IpHeader {
+            src_port: (random_psn()? as u16) | 0x8000,
+            src: ip_of(local_gid),
+            dst: remote,
+        };
+        header
+            .emit(&mut req.private_data)
+            .map_err(|_| CmFailure::Verbs(Error::NoSuchGid(sgid_index)))?;
+        let room = req.private_data.len() - rdma_cm::LEN;
+        if private_data.len() > room {
+            return Err(CmFailure::Cm(
+                ferroce_transport::cm::CmError::PrivateDataTooLong { max: room },
+            ));
+        }
+        req.private_data[rdma_cm::LEN..rdma_cm::LEN + private_data.len()]
+            .copy_from_slice(private_data);
+        let id = self
+            .inner
+            .with_cm(|cm, now| cm.connect(now, remote_gid, req.clone()))?;
+        let rep = match self.inner.next_event(id, timeout) {
+            Some(CmEvent::Reply { rep, .. }) => rep,
+            other => return Err(self.failed(id, other)),
+        };
+        let path = RcPath {
+            mtu: ctx.attr().active_mtu,
+            sgid_index: sgid_index as u8,
+            max_rd_atomic: rep.responder_resources.min(RD_ATOMIC),
+            max_dest_rd_atomic: RD_ATOMIC,
+            rnr_retry: rep.rnr_retry_count,
+            ..RcPath::new(remote_gid, rep.local_qpn, my_psn, rep.starting_psn)
+        };
+        if let Err(e) = qp.connect(&path) {
+            let _ = self
+                .inner
+                .with_cm(|cm, _| cm.reject(id, RejReason::CONSUMER_DEFINED, &[]));
+            return Err(e.into());
+        }
+        self.inner.with_cm(|cm, _| cm.ready(id))?;
+        Ok(Connection {
+            id,
+            remote: remote_gid,
+            remote_qpn: rep.local_qpn,
+            private_data: rep.private_data.to_vec(),
+        })
+    }
+
+    /// Accepts a request with `qp` (an RC QP in RESET, or in INIT with receives posted): brings it to RTS with the
+    /// requester's QP number and PSN, sends the REP with `private_data` (up to 196
+    /// bytes), and waits for the RTU.
+    pub fn accept_rc(
+        &self,
+        request: &Request,
+        qp: &QueuePair,
+        private_data: &[u8],
+        timeout: Duration,
+    ) -> Result<Connection, CmFailure> {
+        let ctx = &self.inner.ctx;
+        let (sgid_index, _) = source_for(ctx, request.from)?;
+        let q = &request.req;
+        let my_psn = random_psn()?;
+        let mtu = ctx.attr().active_mtu;
+        let path = RcPath {
+            mtu: mtu_from_code(q.path_mtu).map_or(mtu, |m| m.min(mtu)),
+            sgid_index: sgid_index as u8,
+            max_rd_atomic: q.responder_resources.min(RD_ATOMIC),
+            max_dest_rd_atomic: RD_ATOMIC,
+            rnr_retry: q.rnr_retry_count,
+            retry_cnt: q.retry_count,
+            ..RcPath::new(request.from, q.local_qpn, my_psn, q.starting_psn)
+        };
+        qp.connect(&path)?;
+        let mut rep = Rep {
+            local_qpn: qp.qpn(),
+            starting_psn: my_psn,
+            responder_resources: RD_ATOMIC,
+            initiator_depth: q.responder_resources.min(RD_ATOMIC),
+            target_ack_delay: 15,
+            rnr_retry_count: 7,
+            ..Rep::default()
+        };
+        if private_data.len() > rep.private_data.len() {
+            return Err(CmFailure::Cm(
+                ferroce_transport::cm::CmError::PrivateDataTooLong {
+                    max: rep.private_data.len(),
+                },
+            ));
+        }
+        rep.private_data[..private_data.len()].copy_from_slice(private_data);
+        let id = request.id;
+        self.inner.with_cm(|cm, now| cm.accept(now, id, rep))?;
+        match self.inner.next_event(id, timeout) {
+            Some(CmEvent::Established { .. }) => {}
+            other => return Err(self.failed(id, other)),
+        }
+        let skip = if request.ip.is_some() {
+            rdma_cm::LEN
+        } else {
+            0
+        };
+        Ok(Connection {
+            id,
+            remote: request.from,
+            remote_qpn: q.local_qpn,
+            private_data: q.private_data[skip..].to_vec(),
+        })
+    }
+
+    /// Refuses a request (rdma_reject).
+    pub fn reject(&self, request: &Request, private_data: &[u8]) -> Result<(), CmFailure> {
+        self.inner
+            .with_cm(|cm, _| cm.reject(request.id, RejReason::CONSUMER_DEFINED, private_data))?;
+        Ok(())
+    }
+
+    /// Ends a connection: sends the DREQ (or, when the peer asked first, the DREP) and
+    /// waits up to `timeout` for the peer's answer. Move the QP to error first, so that
+    /// what it still holds completes with a flush.
+    pub fn disconnect(&self, id: CommId, timeout: Duration) -> Result<(), CmFailure> {
+        let asked = self.inner.wait(Duration::ZERO, |s| {
+            let q = s.events.get_mut(&id)?;
+            let i = q
+                .iter()
+                .position(|e| matches!(e, CmEvent::DisconnectRequest { .. }))?;
+            q.remove(i)
+        });
+        self.inner.with_cm(|cm, now| cm.disconnect(now, id))?;
+        if asked.is_some() {
+            return Ok(()); // the DREP answered the peer's DREQ
+        }
+        match self.inner.next_event(id, timeout) {
+            Some(CmEvent::Disconnected { .. }) => Ok(()),
+            // Both sides asked at once: answer it, and it is over.
+            Some(CmEvent::DisconnectRequest { .. }) => {
+                self.inner.with_cm(|cm, now| cm.disconnect(now, id))?;
+                Ok(())
+            }
+            other => Err(self.failed(id, other)),
+        }
+    }
+
+    /// Waits for the peer's DREQ on connection `id`: true when it came (answer it with
+    /// [`ConnectionManager::disconnect`]).
+    pub fn wait_disconnect_request(&self, id: CommId, timeout: Duration) -> bool {
+        self.inner
+            .wait(timeout, |s| {
+                let q = s.events.get(&id)?;
+                q.iter()
+                    .any(|e| matches!(e, CmEvent::DisconnectRequest { .. }))
+                    .then_some(())
+            })
+            .is_some()
+    }
+
+    fn failed(&self, id: CommId, ev: Option<CmEvent>) -> CmFailure {
+        match ev {
+            None => {
+                // Give up on it: a REJ tells the peer, and nothing of it stays here.
+                let _ = self.inner.with_cm(|cm, now| cm.disconnect(now, id));
+                CmFailure::TimedOut
+            }
+            Some(CmEvent::Rejected { reason, .. }) => CmFailure::Rejected(reason),
+            Some(CmEvent::Unreachable { .. }) => CmFailure::Unreachable,
+            Some(e) => CmFailure::Unexpected(e),
+        }
+    }
+}
+
+impl Drop for ConnectionManager {
+    fn drop(&mut self) {
+        // The thread sees it within its longest wait (100 ms).
+        self.inner.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Inner {
+    fn now(&self) -> Instant {
+        Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    /// Runs `f` on the CM, then sends what it queued and files its events.
+    fn with_cm<R>(&self, f: impl FnOnce(&mut Cm, Instant) -> R) -> R {
+        let now = self.now();
+        let mut s = relock(&self.state);
+        let r = f(&mut s.cm, now);
+        self.settle(&mut s);
+        r
+    }
+
+    /// Waits until `take` finds something in the state, or `timeout` passes.
+    fn wait<T>(
+        &self,
+        timeout: Duration,
+        mut take: impl FnMut(&mut State) -> Option<T>,
+    ) -> Option<T> {
+        let deadline = StdInstant::now() + timeout;
+        let mut s = relock(&self.state);
+        loop {
+            if let Some(t) = take(&mut s) {
+                return Some(t);
+            }
+            let now = StdInstant::now();
+            if now >= deadline {
+                return None;
+            }
+            s = self
+                .changed
+                .wait_timeout(s, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// The next event of connection `id` that is not a disconnect request still waiting
+    /// for its answer.
+    fn next_event(&self, id: CommId, timeout: Duration) -> Option<CmEvent> {
+        self.wait(timeout, |s| {
+            s.events.get_mut(&id).and_then(VecDeque::pop_front)
+        })
+    }
+
+    /// Sends what the CM queued (as far as send slots allow) and files its events.
+    fn settle(&self, s: &mut State) {
+        while let Some(ev) = s.cm.poll_event() {
+            match &ev {
+                CmEvent::ConnectRequest { req, .. } => {
+                    s.requests.entry(req.service_id).or_default().push_back(ev)
+                }
+                CmEvent::TimewaitExit { id } => {
+                    s.events.remove(id);
+                }
+                CmEvent::Reply { id, .. }
+                | CmEvent::Established { id }
+                | CmEvent::Rejected { id, .. }
+                | CmEvent::Unreachable { id }
+                | CmEvent::DisconnectRequest { id }
+                | CmEvent::Disconnected { id } => {
+                    s.events.entry(*id).or_default().push_back(ev.clone())
+                }
+            }
+            self.changed.notify_all();
+        }
+        while let Some(t) = s.cm.poll_transmit() {
+            s.pending.push_back(t);
+        }
+        while !s.pending.is_empty() {
+            let Some(slot) = s.free_send.pop() else {
+                break; // a send completion frees one
+            };
+            let t = s.pending.pop_front().expect("not empty");
+            if self.send_mad(s, slot, &t).is_err() {
+                s.unsent += 1;
+                s.free_send.push(slot);
+            }
+        }
+    }
+
+    fn send_mad(&self, s: &mut State, slot: usize, t: &CmTransmit) -> Result<(), Error> {
+        let dest = match s.ahs.entry(t.to) {
+            std::collections::hash_map::Entry::Occupied(e) => e.get().dest(GSI_QPN, GSI_QKEY),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let (sgid_index, _) = source_for(&self.ctx, t.to)?;
+                let ah = self.pd.create_ah(AddressVector {
+                    sgid_index: sgid_index as u8,
+                    ..AddressVector::new(t.to)
+                })?;
+                e.insert(ah).dest(GSI_QPN, GSI_QKEY)
+            }
+        };
+        self.send.write(slot * MAD_LEN, &t.mad)?;
+        let wr = SendWr {
+            wr_id: (RECV_SLOTS + slot) as u64,
+            opcode: WrOpcode::Send,
+            sg_list: vec![self.send.sge(slot * MAD_LEN, MAD_LEN)],
+            flags: SendFlags::SIGNALED,
+            ud: Some(dest),
+            ..Default::default()
+        };
+        self.qp.post_send(&wr)
+    }
+
+    /// The thread: takes in MADs, fires timers, sends answers.
+    fn run(&self) {
+        let shared = self.ctx.shared().clone();
+        let mut wcs = Vec::new();
+        let mut mad = vec![0u8; MAD_LEN];
+        while !self.stop.load(Ordering::Relaxed) {
+            let gen = shared.completion_generation();
+            wcs.clear();
+            if self.cq.poll(&mut wcs, 16) == 0 {
+                let next = relock(&self.state).cm.poll_timeout();
+                let now = self.now();
+                let wait = next
+                    .map_or(Duration::from_millis(100), |t| t - now)
+                    .min(Duration::from_millis(100));
+                if !wait.is_zero() {
+                    shared.wait_completions(gen, wait);
+                }
+            }
+            let now = self.now();
+            let mut s = relock(&self.state);
+            for wc in &wcs {
+                let id = wc.wr_id as usize;
+                if id >= RECV_SLOTS {
+                    s.free_send.push(id - RECV_SLOTS);
+                    continue;
+                }
+                if wc.status == WcStatus::Success && wc.byte_len as usize >= SLOT {
+                    if let (Some(from), Ok(())) =
+                        (wc.src_gid, self.recv.read(id * SLOT + 40, &mut mad))
+                    {
+                        if let Err(d) = s.cm.handle_mad(now, from, &mad) {
+                            tracing::debug!(?d, %from, "CM MAD dropped");
+                        }
+                    }
+                }
+                if wc.status != WcStatus::WrFlushErr {
+                    if let Err(e) = post_recv_slot(&self.qp, &self.recv, id) {
+                        tracing::warn!(error = %e, "cannot repost a QP1 receive");
+                    }
+                }
+            }
+            s.cm.handle_timeout(now);
+            self.settle(&mut s);
+        }
+    }
+}
+
+fn post_recv_slot(qp: &QueuePair, mr: &MemoryRegion, slot: usize) -> Result<(), Error> {
+    qp.post_recv(&RecvWr {
+        wr_id: slot as u64,
+        sg_list: vec![mr.sge(slot * SLOT, SLOT)],
+    })
+}
+
+/// The GID of an IP address (IPv4-mapped for IPv4).
+fn gid_of(ip: IpAddr) -> Ipv6Addr {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    }
+}
+
+fn ip_of(gid: Ipv6Addr) -> IpAddr {
+    match gid.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(gid),
+    }
+}
+
+/// The local GID to reach `remote` from: of its family, link-local for a link-local peer.
+fn source_for(ctx: &Context, remote: Ipv6Addr) -> Result<(usize, Ipv6Addr), Error> {
+    let v4 = remote.to_ipv4_mapped().is_some();
+    let link_local = |g: &Ipv6Addr| g.segments()[0] & 0xffc0 == 0xfe80;
+    ctx.attr()
+        .gids
+        .entries()
+        .iter()
+        .find(|e| {
+            (e.gid.to_ipv4_mapped().is_some() == v4)
+                && (v4 || link_local(&e.gid) == link_local(&remote))
+        })
+        .map(|e| (e.index, e.gid))
+        .ok_or(Error::NoSuchGid(0))
+}
+
+/// IBA's MTU code (1 = 256 ... 5 = 4096).
+fn mtu_code(m: crate::verbs::Mtu) -> u8 {
+    m as u8
+}
+
+fn mtu_from_code(c: u8) -> Option<crate::verbs::Mtu> {
+    crate::verbs::Mtu::ALL
+        .get(usize::from(c).checked_sub(1)?)
+        .copied()
+}
