@@ -53,6 +53,8 @@ const RECV_SLOTS: usize = 64;
 const SEND_SLOTS: usize = 32;
 /// One receive buffer: the 40-byte GRH area and a MAD.
 const SLOT: usize = 40 + MAD_LEN;
+/// How long a count of the interface's processes is trusted.
+const CENSUS_AGE: Duration = Duration::from_secs(1);
 /// What this side offers for RDMA READ and atomics, both ways (rdma_cm's users ask for
 /// what they need; `RcPath`'s defaults are these).
 const RD_ATOMIC: u8 = 16;
@@ -144,6 +146,8 @@ struct State {
     requests: HashMap<u64, VecDeque<CmEvent>>,
     /// MADs that could not be sent (no route to the peer).
     unsent: u64,
+    /// When the interface's users were last counted.
+    census: Option<StdInstant>,
 }
 
 struct Inner {
@@ -216,6 +220,7 @@ impl ConnectionManager {
                 events: HashMap::new(),
                 requests: HashMap::new(),
                 unsent: 0,
+                census: None,
             }),
             changed: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -602,6 +607,12 @@ impl Inner {
             }
             let now = self.now();
             let mut s = relock(&self.state);
+            if !wcs.is_empty() && s.census.is_none_or(|t| t.elapsed() > CENSUS_AGE) {
+                // Other processes on this interface may listen where this one does not.
+                let sole = self.ctx.link_users().is_none_or(|u| u.processes <= 1);
+                s.cm.set_sole_listener(sole);
+                s.census = Some(StdInstant::now());
+            }
             for wc in &wcs {
                 let id = wc.wr_id as usize;
                 if id >= RECV_SLOTS {

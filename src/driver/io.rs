@@ -388,6 +388,15 @@ impl Framer<'_> {
             return Some(0);
         }
         self.shared.recorder.record(&slot[..14 + t.len]);
+        if local && t.dst_qpn == ferroce_wire::mad::GSI_QPN {
+            // Every process here with a connection manager has a QP1: this one's takes the
+            // MAD too, the others' see it on the link. A packet socket never sees what it
+            // sent itself, except on lo, where the frame comes back in to everyone.
+            if !io.link.sees_own_frames() {
+                relock(&io.loopback).push_back(slot[14..14 + t.len].to_vec());
+            }
+            return Some(14 + t.len);
+        }
         if local && ep.has_qp(t.dst_qpn) {
             relock(&io.loopback).push_back(slot[14..14 + t.len].to_vec());
             return Some(0);

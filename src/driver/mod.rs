@@ -200,6 +200,14 @@ impl Shared {
         // The CM's peers may be other processes on this host.
         self.io.link.serve_same_host();
         let mut ep = self.endpoint();
+        // Hold a block of QP numbers from the start, so that the host's census counts this
+        // process among the interface's users (connection managers use it to know whether
+        // others may listen) before it has any QP of its own.
+        if self.io.link.qpn_blocks().is_some_and(|b| b.is_empty()) {
+            if let Ok(Some(b)) = self.io.link.claim_qpn_block() {
+                ep.add_qpn_block(b);
+            }
+        }
         let r = ep.create_gsi_qp(pd, init);
         self.io.link.report_qps(ep.qp_count());
         r

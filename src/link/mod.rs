@@ -69,6 +69,11 @@ pub trait Link: Send + Sync + 'static {
     fn serve_gsi(&self) -> io::Result<()> {
         Ok(())
     }
+    /// Whether the frames this link sends come back to it (lo does that; a packet socket
+    /// on any other interface never sees its own).
+    fn sees_own_frames(&self) -> bool {
+        false
+    }
     /// A QP of this process talks to an address of this host: from now on the link also
     /// takes in the frames other processes here send to the interface's own address. Until
     /// then a shared interface does not show a process the others' outgoing frames at all.

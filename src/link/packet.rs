@@ -360,6 +360,9 @@ impl Link for PacketLink {
             .set_filter(&roce_filter(&filter_spec(&self.iface, Some(share), gsi)))?;
         Ok(Some(b))
     }
+    fn sees_own_frames(&self) -> bool {
+        self.iface.loopback
+    }
     fn serve_gsi(&self) -> io::Result<()> {
         let Some(share) = &self.share else {
             return Ok(()); // the filter takes every QP's frames already

@@ -534,3 +534,60 @@ mod hostile {
         }
     }
 }
+
+#[test]
+fn a_shared_interface_leaves_unserved_reqs_to_the_other_processes() {
+    let mut p = Pair::new();
+    p.b.set_sole_listener(false);
+    p.a.connect(p.now, gid(2), req(1, 1)).unwrap();
+    assert_eq!(p.deliver_all(), 1, "the REQ, and no REJ");
+    assert_eq!(p.b.counters().rx_no_listener, 1);
+    assert_eq!(p.b.counters().rej_no_listener, 0);
+    assert!(events(&mut p.a).is_empty());
+    // A listener still answers as before.
+    p.b.listen(SID).unwrap();
+    p.tick();
+    p.deliver_all();
+    assert!(matches!(
+        &events(&mut p.b)[..],
+        [CmEvent::ConnectRequest { .. }]
+    ));
+}
+
+#[test]
+fn its_own_req_come_back_is_not_taken_for_a_peer_s() {
+    let mut a = Cm::new(config(), seeded_fill(9));
+    // Other processes share the interface: one of them may listen.
+    a.set_sole_listener(false);
+    a.connect(Instant::ZERO, gid(1), req(1, 1)).unwrap();
+    let t = a.poll_transmit().unwrap();
+    assert_eq!(
+        a.handle_mad(Instant::ZERO, gid(1), &t.mad),
+        Err(Dropped::Own)
+    );
+    assert!(a.poll_transmit().is_none() && events(&mut a).is_empty());
+    assert_eq!(a.counters().rx_own, 1);
+    // Alone on it, nobody can: refused at once, as a peer host would.
+    a.set_sole_listener(true);
+    let me = a.connect(Instant::ZERO, gid(1), req(1, 1)).unwrap();
+    let t = a.poll_transmit().unwrap();
+    let _ = a.handle_mad(Instant::ZERO, gid(1), &t.mad);
+    let rej = a.poll_transmit().unwrap();
+    a.handle_mad(Instant::ZERO, gid(1), &rej.mad).unwrap();
+    assert!(matches!(
+        &events(&mut a)[..],
+        [CmEvent::Rejected { id, reason: RejReason::INVALID_SERVICE_ID, .. }] if *id == me
+    ));
+    // Listening on the service, it is a connection to itself, made like any other.
+    a.listen(SID).unwrap();
+    let me = a.connect(Instant::ZERO, gid(1), req(1, 1)).unwrap();
+    let t = a.poll_transmit().unwrap();
+    a.handle_mad(Instant::ZERO, gid(1), &t.mad).unwrap();
+    let [CmEvent::ConnectRequest { id, .. }] = &events(&mut a)[..] else {
+        panic!()
+    };
+    a.accept(Instant::ZERO, *id, rep(2, 2)).unwrap();
+    let t = a.poll_transmit().unwrap();
+    a.handle_mad(Instant::ZERO, gid(1), &t.mad).unwrap();
+    assert!(matches!(&events(&mut a)[..], [CmEvent::Reply { id, .. }] if *id == me));
+}

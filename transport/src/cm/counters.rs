@@ -47,6 +47,11 @@ pub struct CmCounters {
     pub rx_qpn_mismatch: u64,
     /// REQs refused because nobody listens on their service ID.
     pub rej_no_listener: u64,
+    /// This CM's own REQs, come back to it (lo, or an interface shared by processes).
+    pub rx_own: u64,
+    /// REQs for a service nobody here listens on, left unanswered because other processes
+    /// share the interface (one of them may listen).
+    pub rx_no_listener: u64,
     /// REQs refused for a field ferroce does not support (transport, MTU).
     pub rej_unsupported: u64,
     /// REQs refused because the table of connections is full.
@@ -77,6 +82,8 @@ impl CmCounters {
             ("cm_rx_wrong_state", self.rx_wrong_state),
             ("cm_rx_qpn_mismatch", self.rx_qpn_mismatch),
             ("cm_rej_no_listener", self.rej_no_listener),
+            ("cm_rx_no_listener", self.rx_no_listener),
+            ("cm_rx_own", self.rx_own),
             ("cm_rej_unsupported", self.rej_unsupported),
             ("cm_rej_no_resources", self.rej_no_resources),
             ("cm_timeouts", self.timeouts),

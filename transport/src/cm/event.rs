@@ -121,6 +121,11 @@ pub enum Dropped {
     QpnMismatch,
     /// A REQ this CM refused with a REJ (the reason is in the REJ it sent).
     Refused(RejReason),
+    /// This CM's own REQ, come back (a shared interface, or lo, returns what it sends).
+    Own,
+    /// A REQ (or SIDR REQ) for a service nobody here listens on, left for another
+    /// process's CM on a shared interface (see `Cm::set_sole_listener`).
+    NoListener,
     /// A message this CM does not act on (LAP's MRA, SIDR).
     Unsupported,
 }

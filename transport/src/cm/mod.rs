@@ -127,6 +127,9 @@ pub struct Cm {
     out: VecDeque<CmTransmit>,
     events: VecDeque<CmEvent>,
     counters: CmCounters,
+    /// Whether a REQ for a service nobody here listens on gets a REJ (see
+    /// [`Cm::set_sole_listener`]).
+    sole: bool,
 }
 
 impl Cm {
@@ -142,7 +145,17 @@ impl Cm {
             out: VecDeque::new(),
             events: VecDeque::new(),
             counters: CmCounters::default(),
+            sole: true,
         }
+    }
+
+    /// Whether this CM is the only one taking QP1's MADs on its port (the default). When
+    /// other processes on the host share the interface, each has a CM of its own and sees
+    /// every MAD to QP1; a REQ for a service this one does not listen on may be another's,
+    /// so it is dropped (counted as `cm_rx_no_listener`) instead of refused with a REJ,
+    /// and a SIDR REQ goes unanswered.
+    pub fn set_sole_listener(&mut self, sole: bool) {
+        self.sole = sole;
     }
 
     /// The counters.
@@ -433,6 +446,7 @@ impl Cm {
             Message::Mra(m) => self.on_mra(now, from, m),
             Message::Dreq(d) => self.on_dreq(now, from, d),
             Message::Drep(d) => self.on_drep(now, from, d),
+            Message::SidrReq(_) if !self.sole => Err(Dropped::NoListener),
             Message::SidrReq(q) => {
                 // No UD service resolution here yet: say nobody serves it, as IBA asks.
                 let rep = SidrRep {
@@ -459,6 +473,8 @@ impl Cm {
             Dropped::Spoofed => c.rx_spoofed += 1,
             Dropped::WrongState => c.rx_wrong_state += 1,
             Dropped::QpnMismatch => c.rx_qpn_mismatch += 1,
+            Dropped::NoListener => c.rx_no_listener += 1,
+            Dropped::Own => c.rx_own += 1,
             Dropped::Malformed(_)
             | Dropped::Duplicate
             | Dropped::Refused(_)
@@ -467,6 +483,16 @@ impl Cm {
     }
 
     fn on_req(&mut self, from: Ipv6Addr, tid: u64, q: Req) -> Result<(), Dropped> {
+        // On a shared interface and on lo, what this CM sends comes back to it too: its
+        // own REQ is a connection to itself when it listens on the service, and refused
+        // below when no other process could (it is alone), else left to the others.
+        if q.local_ca_guid == self.config.ca_guid
+            && self.conns.get(&q.local_comm_id).is_some_and(|c| c.active)
+            && !self.listeners.contains_key(&q.service_id)
+            && !self.sole
+        {
+            return Err(Dropped::Own);
+        }
         if let Some(&id) = self.by_remote.get(&(from, q.local_comm_id)) {
             self.counters.rx_duplicates[0] += 1;
             let c = &self.conns[&id];
@@ -482,6 +508,9 @@ impl Cm {
                 self.send(from, tid, Message::Rej(rej));
             }
             return Err(Dropped::Duplicate);
+        }
+        if !self.listeners.contains_key(&q.service_id) && !self.sole {
+            return Err(Dropped::NoListener);
         }
         let refuse = if !self.listeners.contains_key(&q.service_id) {
             self.counters.rej_no_listener += 1;
