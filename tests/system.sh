@@ -13,13 +13,17 @@
 #           client on one veth end and on lo (ferroce's tools and, on the library, Debian's
 #           ib_write_bw, ib_send_lat, ibv_rc_pingpong), an 8-process all-to-all mesh with
 #           one SIGKILLed, and what is left behind (tests/netns/many_procs.sh); the UDP
-#           GSO data path at both MTUs (tests/netns/gso.sh); `ferroce probe conformance`
+#           GSO data path at both MTUs (tests/netns/gso.sh); RC connections made through
+#           ferroce's connection manager on QP1, `ferroce ucmatose` between two namespaces,
+#           within one, on lo, and refused ports (tests/netns/cm.sh); `ferroce probe conformance`
 #           and `ferroce probe fuzz` against ferroce's own servers (tests/probe/{conformance,fuzz}.sh ferroce)
 #   dcqcn   two ferroce flows through a router namespace's htb + RED ECN bottleneck, DCQCN
 #           on and off: utilisation, fairness, marks not drops (tests/dcqcn/run.sh)
 #   interop ferroce <-> Linux rxe with rdma-core's ibv_*_pingpong, both roles, sizes, MTUs,
 #           and 1% loss (tests/interop/rxe_pingpong.sh); `ferroce perf` <-> perftest's
-#           ib_*_bw / ib_*_lat, both roles (tests/interop/rxe_perftest.sh); the same
+#           ib_*_bw / ib_*_lat, both roles (tests/interop/rxe_perftest.sh); rdma_cm's
+#           ucmatose on rxe against `ferroce ucmatose`, both roles, and refused connections
+#           both ways (tests/interop/rxe_cm.sh); the same
 #           ibv_*_pingpong and perftest binaries on both sides, on ferroce's libibverbs
 #           (`ferroce exec`) and on rxe, both roles (tests/interop/rxe_libibverbs.sh);
 #           rdma-core's own test suite on rxe and on ferroce's libibverbs, side by side:
@@ -105,6 +109,8 @@ if (cd "$root" && cargo build --release --quiet -p ferroce-ibverbs --lib); then
 else
   echo "FAIL libibverbs: cargo build --release -p ferroce-ibverbs failed" | tee "$out/libibverbs.txt"
 fi
+echo "[system] connections through ferroce's connection manager (ucmatose): two hosts, one host, lo"
+OUT=$out bash "$here/netns/cm.sh" "$bin" | tee "$out/cm.txt"
 echo "[system] the rxe fuzz campaign's bookkeeping (a stand-in VM that panics)"
 bash "$here/probe/campaign-test.sh" "$bin" | tee "$out/probe-campaign.txt"
 if host_has_red && modprobe macvlan 2>/dev/null; then
@@ -119,6 +125,7 @@ if host_has_rxe; then
   cleanup
   RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_pingpong.sh" "$bin" "$mode" | tee "$out/interop.txt"
   RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_perftest.sh" "$bin" "$mode" | tee "$out/perftest.txt"
+  RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_cm.sh" "$bin" | tee "$out/rxe-cm.txt"
   FERROCE_LIBDIR=$libdir RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_libibverbs.sh" "$bin" "$mode" | tee "$out/rxe-libibverbs.txt"
   FERROCE_LIBDIR=$libdir RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_rdma_core.sh" "$bin" | tee "$out/rdma-core-rxe.txt"
   cleanup
@@ -134,7 +141,7 @@ if [ -n "$vm_parts" ]; then
   t0=$(date +%s)
   "$here/interop/rxe-vm/run.sh" --timeout 3000 "$here/interop/guest.sh" "$out/vm" "$here" "$bin" "$mode" "$vm_parts" "$libdir" >"$out/vm.log" 2>&1
   echo "[system] VM run: exit $?, $(( $(date +%s) - t0 )) s"
-  grep -E '^(=====|PASS|FAIL|    |interop:|netns:|perftest:|rxe-libibverbs:|rdma-core-rxe:|probe-rxe:|probe-fuzz-rxe:|\||dcqcn:|rxe0|tc |counters:)' "$out/vm/console.log" | tee "$out/vm.txt"
+  grep -E '^(=====|PASS|FAIL|    |interop:|netns:|perftest:|rxe-cm:|rxe-libibverbs:|rdma-core-rxe:|probe-rxe:|probe-fuzz-rxe:|\||dcqcn:|rxe0|tc |counters:)' "$out/vm/console.log" | tee "$out/vm.txt"
 fi
 if [ -n "$vm_parts" ] && ! host_has_rxe; then
   # Never on a host with rdma_rxe: the packet panics the kernel it reaches.

@@ -184,3 +184,16 @@ fn a_closed_stdout_ends_listings_quietly() {
         assert!(out.status.success(), "{args:?}: {:?}\n{err}", out.status);
     }
 }
+
+#[test]
+fn ucmatose_mistakes() {
+    let (code, err) = fails(&["ucmatose", "-c", "2"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("one connection; leave -c out"), "{err}");
+    let (code, err) = fails(&["ucmatose", "-b", "192.0.2.77"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("-b 192.0.2.77: no interface has this address"),
+        "{err}"
+    );
+}

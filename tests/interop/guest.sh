@@ -36,6 +36,8 @@ case ",$PARTS," in *,interop,*)
   bash "$tests/interop/rxe_pingpong.sh" "$F" "$MODE" || rc=1
   echo "===== perftest: ferroce perf <-> perftest on Linux rxe ====="
   bash "$tests/interop/rxe_perftest.sh" "$F" "$MODE" || rc=1
+  echo "===== rxe-cm: ferroce's connection manager <-> rdma_cm on rxe (ucmatose) ====="
+  bash "$tests/interop/rxe_cm.sh" "$F" || rc=1
 esac
 case ",$PARTS," in *,interop,*|*,rxelib,*)
   echo "===== rxe-libibverbs: the same rdma-core programs on ferroce's libibverbs and on rxe ====="

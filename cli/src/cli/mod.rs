@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod cmatose;
 mod decode;
 mod devices;
 mod exec;
@@ -32,6 +33,9 @@ pub enum Command {
     UcPingpong(pingpong::PingPongArgs),
     /// Like ibv_ud_pingpong: UD SEND ping-pong.
     UdPingpong(pingpong::PingPongArgs),
+    /// Like rdma-core's ucmatose: an RC connection made through rdma_cm's CM (QP1), SENDs
+    /// both ways, then a disconnect.
+    Ucmatose(cmatose::CmatoseArgs),
     /// Every RC operation (SEND, WRITE, READ, atomics, with immediate) against a peer, checked.
     RcOps(ops::OpsArgs),
     /// perftest's ib_*_bw / ib_*_lat tests, same flags, exchange and output.
@@ -169,6 +173,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::UcPingpong(a) => pingpong::run(ferroce::verbs::QpType::Uc, a),
         Command::UdPingpong(a) => pingpong::run(ferroce::verbs::QpType::Ud, a),
         Command::RcOps(a) => ops::run(a),
+        Command::Ucmatose(a) => cmatose::run(a),
         Command::Demo(a) => ops::demo(a),
         Command::Perf(c) => perf::run(*c),
         Command::Devices => devices::devices(),

@@ -1,0 +1,72 @@
+#!/bin/bash
+# Connections through ferroce's connection manager (IB CM MADs on QP1, as rdma_cm makes
+# them) with `ferroce ucmatose`, rdma-core's ucmatose exchange: the server sends COUNT
+# messages of SIZE bytes, the client answers with as many, the server disconnects.
+#   two hosts     server in cm-b (10.89.0.2), client in cm-a, both sizes; every CM message
+#                 of the connection's life in the client's capture, none malformed
+#   one host      server and client on one veth end, and on lo (every process with a
+#                 connection manager sees QP1's frames; each takes what is its own)
+#   refused       a port nobody listens on, answered with a REJ at once: on another host
+#                 (its ferroce listens elsewhere), on the same interface, on lo
+#   tests/netns/cm.sh [FERROCE_BINARY]   (needs root: namespaces, veth)
+# Prints PASS/FAIL lines and "cm: N passed, M failed"; exit 0 iff all pass.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=tests/netns/lib.sh
+. "$here/lib.sh" "$@"
+A=cm-a B=cm-b IF=eth1
+out=${OUT:-$root/target}/cm; rm -rf "$out"; mkdir -p "$out"
+pass=0 fail=0
+two_hosts $A $B $IF 10.89.0
+echo "ferroce: $("$F" --version)"
+
+wait_line() { # wait_line FILE TEXT: up to 10 s
+  local n; for n in $(seq 1 100); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done; return 1
+}
+every_cm_step() { # every_cm_step DECODED: a connection's whole life is in it
+  local m; for m in REQ REP RTU DREQ DREP; do grep -q "| CM $m " "$1" || return 1; done
+}
+# pair NAME SERVER_NS SERVER_DEV CLIENT_NS CLIENT_DEV SERVER_ADDR FLAGS...
+pair() {
+  local name=$1 sns=$2 sdev=$3 cns=$4 cdev=$5 addr=$6 rc=0; shift 6
+  local s=$out/$name.server c=$out/$name.client
+  ip netns exec "$sns" timeout 60 "$F" ucmatose -d "$sdev" "$@" >"$s" 2>&1 & local sp=$!
+  wait_line "$s" "starting server"; sleep 0.5
+  ip netns exec "$cns" timeout 60 "$F" ucmatose -d "$cdev" -s "$addr" "$@" --stats \
+    --pcap "$out/$name.pcap" >"$c" 2>&1 || rc=1
+  wait $sp || rc=1
+  if [ $rc = 0 ] && grep -q "return status 0" "$s" && grep -q "return status 0" "$c" &&
+     "$F" decode "$out/$name.pcap" >"$out/$name.decode" 2>&1 &&
+     grep -q "(0 with a bad ICRC), 0 corrupt" "$out/$name.decode" &&
+     ! grep -q "| MAD (" "$out/$name.decode" && every_cm_step "$out/$name.decode"; then
+    ok "$name" "$* ($(grep -c '| CM ' "$out/$name.decode") CM messages in the client's capture)"
+  else
+    ko "$name" "exit codes, status lines or the capture's CM messages" "$s" "$c" "$out/$name.decode"
+  fi
+}
+pair two-hosts $B $IF $A $IF 10.89.0.2 -S 100 -C 10
+pair two-hosts-64k $B $IF $A $IF 10.89.0.2 -S 65536 -C 20
+pair one-host-veth $A $IF $A $IF 10.89.0.1 -S 4096 -C 10
+pair one-host-lo $A lo $A lo 127.0.0.1 -S 4096 -C 10
+
+# refused NAME NS DEV ADDR: a client to port 7999, where nothing listens, must fail at once
+# saying so.
+refused() {
+  local name=$1 ns=$2 dev=$3 addr=$4 c=$out/$1.client t0 ms
+  t0=$(date +%s%N)
+  ip netns exec "$ns" timeout 60 "$F" ucmatose -d "$dev" -s "$addr" -p 7999 --timeout 20 >"$c" 2>&1
+  local rc=$? ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  if [ $rc = 1 ] && grep -q "connection refused: nothing listens on that port" "$c" && [ $ms -lt 10000 ]; then
+    ok "$name" "refused in $ms ms"
+  else ko "$name" "exit $rc after $ms ms, no refusal" "$c"; fi
+}
+# The other host runs a ferroce server on 7471: its connection manager answers for 7999.
+ip netns exec $B timeout 30 "$F" ucmatose -d $IF --timeout 15 >"$out/refused.server" 2>&1 & sp=$!
+wait_line "$out/refused.server" "starting server"; sleep 0.5
+refused refused-two-hosts $A $IF 10.89.0.2
+kill $sp 2>/dev/null; wait $sp 2>/dev/null
+refused refused-one-host-veth $A $IF 10.89.0.1
+refused refused-one-host-lo $A lo 127.0.0.1
+
+echo "cm: $pass passed, $fail failed"
+[ "$fail" = 0 ]
