@@ -519,11 +519,17 @@ impl Inner {
         }
     }
 
-    /// The next event of connection `id` that is not a disconnect request still waiting
-    /// for its answer.
+    /// The next event of connection `id`.
     fn next_event(&self, id: CommId, timeout: Duration) -> Option<CmEvent> {
         self.wait(timeout, |s| {
-            s.events.get_mut(&id).and_then(VecDeque::pop_front)
+            let q = s.events.get_mut(&id)?;
+            let e = q.pop_front();
+            if q.is_empty() {
+                // A connection that ended without time-wait (rejected, unreachable) leaves
+                // nothing behind.
+                s.events.remove(&id);
+            }
+            e
         })
     }
 
@@ -536,6 +542,13 @@ impl Inner {
                 }
                 CmEvent::TimewaitExit { id } => {
                     s.events.remove(id);
+                }
+                CmEvent::RequestExpired { id } => {
+                    for q in s.requests.values_mut() {
+                        q.retain(
+                            |e| !matches!(e, CmEvent::ConnectRequest { id: i, .. } if i == id),
+                        );
+                    }
                 }
                 CmEvent::Reply { id, .. }
                 | CmEvent::Established { id }

@@ -591,3 +591,32 @@ fn its_own_req_come_back_is_not_taken_for_a_peer_s() {
     a.handle_mad(Instant::ZERO, gid(1), &t.mad).unwrap();
     assert!(matches!(&events(&mut a)[..], [CmEvent::Reply { id, .. }] if *id == me));
 }
+
+#[test]
+fn a_request_the_user_never_answers_expires() {
+    let mut p = Pair::new();
+    p.b.listen(SID).unwrap();
+    let a_id = p.a.connect(p.now, gid(2), req(1, 1)).unwrap();
+    p.deliver_all();
+    let [CmEvent::ConnectRequest { id, .. }] = &events(&mut p.b)[..] else {
+        panic!()
+    };
+    let b_id = *id;
+    // A resends its REQ meanwhile; B keeps the one request and answers none of them.
+    while p.b.connections() > 0 {
+        p.tick();
+        p.deliver_all();
+        assert!(p.now - Instant::ZERO < Duration::from_secs(1));
+    }
+    assert_eq!(events(&mut p.b), [CmEvent::RequestExpired { id: b_id }]);
+    assert_eq!(
+        p.b.accept(p.now, b_id, rep(1, 1)),
+        Err(ferroce_transport::cm::CmError::UnknownId)
+    );
+    // A gave up by then too, or takes B's REJ (timeout).
+    let ev = events(&mut p.a);
+    assert!(
+        matches!(&ev[..], [CmEvent::Unreachable { id }] | [CmEvent::Rejected { id, .. }] if *id == a_id),
+        "{ev:?}"
+    );
+}

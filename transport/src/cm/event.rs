@@ -48,6 +48,13 @@ pub enum CmEvent {
         /// The connection.
         id: CommId,
     },
+    /// A connect request went unanswered by the user for as long as the CM would have
+    /// resent it (response timeout × (retries + 1)): refused with a REJ (timeout) and
+    /// forgotten.
+    RequestExpired {
+        /// The connection.
+        id: CommId,
+    },
     /// The peer asked to disconnect (a DREQ). Move the QP to error and call `disconnect`,
     /// which answers with the DREP.
     DisconnectRequest {

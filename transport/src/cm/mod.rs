@@ -328,21 +328,7 @@ impl Cm {
                 c.wait = cm_time(self.config.response_timeout);
                 self.send_and_wait(now, id, Message::Dreq(dreq));
             }
-            State::DreqRcvd => {
-                let drep = Drep {
-                    local_comm_id: id,
-                    remote_comm_id: c.remote_comm_id,
-                    ..Drep::default()
-                };
-                let repr = Repr {
-                    tid,
-                    msg: Message::Drep(drep),
-                };
-                self.transmit(to, &repr);
-                let c = self.conns.get_mut(&id).expect("looked up above");
-                c.last = Some(repr);
-                self.enter_timewait(now, id);
-            }
+            State::DreqRcvd => self.answer_dreq(now, id),
             State::ReqSent | State::RepRcvd | State::ReqRcvd | State::RepSent => {
                 let rejected = if c.active { MsgKind::Rep } else { MsgKind::Req };
                 let rej = Rej {
@@ -411,6 +397,20 @@ impl Cm {
                     self.forget(id);
                     self.events.push_back(CmEvent::Unreachable { id });
                 }
+                State::ReqRcvd => {
+                    self.counters.timeouts += 1;
+                    let rej = Rej {
+                        local_comm_id: id,
+                        remote_comm_id: c.remote_comm_id,
+                        message_rejected: MsgKind::Req,
+                        reason: RejReason::TIMEOUT,
+                        ..Rej::default()
+                    };
+                    let (to, tid) = (c.remote_gid, c.tid);
+                    self.send(to, tid, Message::Rej(rej));
+                    self.forget(id);
+                    self.events.push_back(CmEvent::RequestExpired { id });
+                }
                 State::DreqSent => {
                     self.counters.timeouts += 1;
                     self.enter_timewait(now, id);
@@ -439,7 +439,7 @@ impl Cm {
         self.counters.rx_msgs[counters::kind(&repr.msg)] += 1;
         let tid = repr.tid;
         let r = match repr.msg {
-            Message::Req(q) => self.on_req(from, tid, q),
+            Message::Req(q) => self.on_req(now, from, tid, q),
             Message::Rep(p) => self.on_rep(from, p),
             Message::Rtu(u) => self.on_rtu(from, u),
             Message::Rej(j) => self.on_rej(from, j),
@@ -482,7 +482,7 @@ impl Cm {
         }
     }
 
-    fn on_req(&mut self, from: Ipv6Addr, tid: u64, q: Req) -> Result<(), Dropped> {
+    fn on_req(&mut self, now: Instant, from: Ipv6Addr, tid: u64, q: Req) -> Result<(), Dropped> {
         // On a shared interface and on lo, what this CM sends comes back to it too: its
         // own REQ is a connection to itself when it listens on the service, and refused
         // below when no other process could (it is alone), else left to the others.
@@ -557,7 +557,9 @@ impl Cm {
                 tid,
                 last: None,
                 retries_left: q.max_cm_retries.min(self.config.max_retries),
-                deadline: None,
+                // The user has as long to answer as this CM would resend for: a flood of
+                // REQs nobody answers does not hold the table for ever.
+                deadline: Some(now + self.request_wait()),
                 wait,
             },
         );
@@ -574,6 +576,16 @@ impl Cm {
     fn named(&mut self, from: Ipv6Addr, id: u32) -> Result<&mut Conn, Dropped> {
         let c = self.conns.get_mut(&id).ok_or(Dropped::UnknownCommId)?;
         if c.remote_gid != from {
+            return Err(Dropped::Spoofed);
+        }
+        Ok(c)
+    }
+
+    /// [`Cm::named`] for a message that also names the peer's own ID, which must be the
+    /// one the connection knows.
+    fn named_by_both(&mut self, from: Ipv6Addr, id: u32, peer: u32) -> Result<&mut Conn, Dropped> {
+        let c = self.named(from, id)?;
+        if peer != c.remote_comm_id {
             return Err(Dropped::Spoofed);
         }
         Ok(c)
@@ -675,10 +687,7 @@ impl Cm {
 
     fn on_dreq(&mut self, now: Instant, from: Ipv6Addr, d: Dreq) -> Result<(), Dropped> {
         let id = d.remote_comm_id;
-        let c = self.named(from, id)?;
-        if d.local_comm_id != c.remote_comm_id {
-            return Err(Dropped::Spoofed);
-        }
+        let c = self.named_by_both(from, id, d.local_comm_id)?;
         if d.remote_qpn != c.local_qpn {
             return Err(Dropped::QpnMismatch);
         }
@@ -691,20 +700,7 @@ impl Cm {
             }
             State::DreqSent => {
                 // Both ended at once: answer, and this side's DREQ is as good as answered.
-                let drep = Drep {
-                    local_comm_id: id,
-                    remote_comm_id: d.local_comm_id,
-                    ..Drep::default()
-                };
-                let repr = Repr {
-                    tid: c.tid,
-                    msg: Message::Drep(drep),
-                };
-                self.transmit(from, &repr);
-                if let Some(c) = self.conns.get_mut(&id) {
-                    c.last = Some(repr);
-                }
-                self.enter_timewait(now, id);
+                self.answer_dreq(now, id);
                 self.events.push_back(CmEvent::Disconnected { id });
                 Ok(())
             }
@@ -722,10 +718,7 @@ impl Cm {
 
     fn on_drep(&mut self, now: Instant, from: Ipv6Addr, d: Drep) -> Result<(), Dropped> {
         let id = d.remote_comm_id;
-        let c = self.named(from, id)?;
-        if d.local_comm_id != c.remote_comm_id {
-            return Err(Dropped::Spoofed);
-        }
+        let c = self.named_by_both(from, id, d.local_comm_id)?;
         match c.state {
             State::DreqSent => {
                 self.enter_timewait(now, id);
@@ -738,6 +731,31 @@ impl Cm {
             }
             _ => Err(Dropped::WrongState),
         }
+    }
+
+    /// Sends the DREP to the peer's DREQ (kept to answer its resends) and enters
+    /// time-wait.
+    fn answer_dreq(&mut self, now: Instant, id: CommId) {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        let repr = Repr {
+            tid: c.tid,
+            msg: Message::Drep(Drep {
+                local_comm_id: id,
+                remote_comm_id: c.remote_comm_id,
+                ..Drep::default()
+            }),
+        };
+        c.last = Some(repr.clone());
+        let to = c.remote_gid;
+        self.transmit(to, &repr);
+        self.enter_timewait(now, id);
+    }
+
+    /// How long a connection request waits for the user's accept or reject.
+    fn request_wait(&self) -> Duration {
+        cm_time(self.config.response_timeout) * (u32::from(self.config.max_retries) + 1)
     }
 
     fn enter_timewait(&mut self, now: Instant, id: CommId) {
