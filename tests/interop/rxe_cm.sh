@@ -1,7 +1,9 @@
 #!/bin/bash
 # Interop of ferroce's connection manager (IB CM MADs on QP1) with Linux's rdma_cm over
 # rxe: rdma-core's unmodified ucmatose on rxe0 against `ferroce ucmatose`, in both roles,
-# with small and multi-packet messages, and refused connections both ways. Topology
+# with small and multi-packet messages, and refused connections both ways; rdma-core's
+# rping (RDMA READ and WRITE over the connection, rping's client validating with -V)
+# against `ferroce rping`, both roles, one-packet and multi-packet buffers. Topology
 # (rxe-vm's setup_peer_ns): ferroce in netns "peer" on vethP 10.77.0.1, rxe0 on vethR
 # 10.77.0.2 in the initial namespace.
 #   rxe_cm.sh FERROCE_BINARY        (normally started by tests/interop/guest.sh)
@@ -72,6 +74,30 @@ grep -q "REJECTED" "$log.rxe" || ok=0
 wait $sp
 cm_seen "$NAME" REQ REJ || ok=0
 result "$NAME" $ok "$(grep -o 'RDMA_CM_EVENT_REJECTED[^\n]*' "$log.rxe" | head -1)"
+
+# rping: each ping an RDMA READ by the server and an RDMA WRITE back, checked by the client.
+RP() { ip netns exec peer timeout 60 "$F" rping --ib-dev vethP --stats --pcap "$OUT/pcaps/$NAME.pcap" "$@"; }
+for S in 64 10000; do
+  NAME=rping-rs-S$S; log=$OUT/logs/$NAME; ok=1
+  timeout 60 rping -s -a 10.77.0.2 -S "$S" -v >"$log.rxe" 2>&1 & sp=$!
+  sleep 1
+  RP -c -a 10.77.0.2 -C 10 -S "$S" -v >"$log.ferroce" 2>&1 || ok=0
+  wait $sp || ok=0
+  [ "$(grep -c '^server ping data: rdma-ping-' "$log.rxe")" = 10 ] || ok=0
+  [ "$(grep -c '^ping data: rdma-ping-' "$log.ferroce")" = 10 ] || ok=0
+  cm_seen "$NAME" REQ REP RTU DREQ DREP || ok=0
+  result "$NAME" $ok "10 pings of $S bytes, read and written back by rxe, checked"
+  NAME=rping-fs-S$S; log=$OUT/logs/$NAME; ok=1
+  RP -s -a 10.77.0.1 -S "$S" -v >"$log.ferroce" 2>&1 & sp=$!
+  sleep 1
+  timeout 60 rping -c -a 10.77.0.1 -I 10.77.0.2 -C 10 -S "$S" -v -V >"$log.rxe" 2>&1 || ok=0
+  wait $sp || ok=0
+  [ "$(grep -c '^ping data: rdma-ping-' "$log.rxe")" = 10 ] || ok=0
+  [ "$(grep -c '^server ping data: rdma-ping-' "$log.ferroce")" = 10 ] || ok=0
+  ! grep -q "data mismatch" "$log.rxe" || ok=0
+  cm_seen "$NAME" REQ REP RTU DREQ DREP || ok=0
+  result "$NAME" $ok "10 pings of $S bytes, read and written back by ferroce, validated by rping -V"
+done
 
 echo "rxe-cm: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -6,6 +6,8 @@
 #                 of the connection's life in the client's capture, none malformed
 #   one host      server and client on one veth end, and on lo (every process with a
 #                 connection manager sees QP1's frames; each takes what is its own)
+#   rping         rdma-core's rping exchange (`ferroce rping`): RDMA READ and WRITE of each
+#                 ping over the connection, checked by the client; two hosts, and lo
 #   refused       a port nobody listens on, answered with a REJ at once: on another host
 #                 (its ferroce listens elsewhere), on the same interface, on lo
 #   tests/netns/cm.sh [FERROCE_BINARY]   (needs root: namespaces, veth)
@@ -48,6 +50,22 @@ pair two-hosts $B $IF $A $IF 10.89.0.2 -S 100 -C 10
 pair two-hosts-64k $B $IF $A $IF 10.89.0.2 -S 65536 -C 20
 pair one-host-veth $A $IF $A $IF 10.89.0.1 -S 4096 -C 10
 pair one-host-lo $A lo $A lo 127.0.0.1 -S 4096 -C 10
+
+# rping: the server RDMA READs each ping and WRITEs it back; the client checks it.
+rping_pair() { # rping_pair NAME SERVER_NS SERVER_DEV SERVER_ADDR CLIENT_NS CLIENT_DEV SIZE
+  local name=$1 sns=$2 sdev=$3 addr=$4 cns=$5 cdev=$6 size=$7 rc=0
+  local s=$out/$name.server c=$out/$name.client
+  ip netns exec "$sns" timeout 60 "$F" rping -s -a "$addr" --ib-dev "$sdev" -S "$size" -v >"$s" 2>&1 & local sp=$!
+  sleep 1
+  ip netns exec "$cns" timeout 60 "$F" rping -c -a "$addr" --ib-dev "$cdev" -C 20 -S "$size" -v >"$c" 2>&1 || rc=1
+  wait $sp || rc=1
+  if [ $rc = 0 ] && [ "$(grep -c '^ping data: rdma-ping-' "$c")" = 20 ] &&
+     [ "$(grep -c '^server ping data: rdma-ping-' "$s")" = 20 ]; then
+    ok "$name" "20 pings of $size bytes read, written back and checked"
+  else ko "$name" "exit codes or ping lines" "$s" "$c"; fi
+}
+rping_pair rping-two-hosts $B $IF 10.89.0.2 $A $IF 100000
+rping_pair rping-one-host-lo $A lo 127.0.0.1 $A lo 64
 
 # refused NAME NS DEV ADDR: a client to port 7999, where nothing listens, must fail at once
 # saying so.

@@ -106,12 +106,16 @@ impl Node {
     }
 }
 
-/// Runs ucmatose's exchange on `ctx`, printing ucmatose's progress lines to `out`.
-pub fn run(ctx: &Context, o: &Options, out: &mut dyn Write) -> Result<(), Failure> {
-    let cm = ConnectionManager::open(ctx)?;
+/// Runs ucmatose's exchange on `cm`'s device, printing ucmatose's progress lines to `out`.
+pub fn run(
+    ctx: &Context,
+    cm: &ConnectionManager,
+    o: &Options,
+    out: &mut dyn Write,
+) -> Result<(), Failure> {
     match o.server {
-        None => server(ctx, &cm, o, out),
-        Some(addr) => client(ctx, &cm, addr, o, out),
+        None => server(ctx, cm, o, out),
+        Some(addr) => client(ctx, cm, addr, o, out),
     }
 }
 

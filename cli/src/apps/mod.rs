@@ -6,3 +6,4 @@ pub mod oob;
 pub mod ops;
 pub mod perftest;
 pub mod pingpong;
+pub mod rping;

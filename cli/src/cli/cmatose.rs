@@ -2,11 +2,11 @@
 //! its flags.
 
 use std::net::IpAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
+use ferroce::cm::ConnectionManager;
 use ferroce_cli::apps::cmatose::{self, Options};
 
 use super::CliError;
@@ -34,15 +34,8 @@ pub struct CmatoseArgs {
     /// Device: a network interface name (default: the one with -b's address, or the first).
     #[arg(short = 'd', long = "ib-dev")]
     pub ib_dev: Option<String>,
-    /// Record every RoCE packet sent and received to this pcap file.
-    #[arg(long)]
-    pub pcap: Option<PathBuf>,
-    /// Print the device's and the connection manager's counters to stderr at the end.
-    #[arg(long)]
-    pub stats: bool,
-    /// Seconds to wait for the peer at each step.
-    #[arg(long, default_value_t = 30)]
-    pub timeout: u64,
+    #[command(flatten)]
+    pub run: super::CmRunArgs,
 }
 
 pub fn run(a: CmatoseArgs) -> Result<ExitCode, CliError> {
@@ -52,30 +45,22 @@ pub fn run(a: CmatoseArgs) -> Result<ExitCode, CliError> {
     if a.size > 1 << 30 || a.count > 1 << 16 {
         return Err("-S or -C too large: at most 1 GiB messages, 65536 of them".into());
     }
-    let dev = match (&a.ib_dev, a.bind) {
-        (Some(d), _) => Some(d.clone()),
-        (None, Some(ip)) => Some(
-            ferroce::verbs::Device::list()
-                .into_iter()
-                .find(|d| d.gids().entries().iter().any(|e| e.addr == ip))
-                .map(|d| d.name().to_string())
-                .ok_or_else(|| format!("-b {ip}: no interface has this address"))?,
-        ),
-        (None, None) => None,
-    };
-    let ctx = super::open_device(dev.as_deref(), a.pcap.as_deref())?;
+    let dev = super::device_with(a.ib_dev.as_deref(), a.bind, "-b")?;
+    let ctx = super::open_device(dev.as_deref(), a.run.pcap.as_deref())?;
     let opts = Options {
         server: a.server,
         port: a.port,
         count: a.count,
         size: a.size,
-        timeout: Duration::from_secs(a.timeout),
+        timeout: Duration::from_secs(a.run.timeout),
     };
+    let cm = ConnectionManager::open(&ctx)?;
     let mut out = std::io::stdout();
-    let result = cmatose::run(&ctx, &opts, &mut out);
+    let result = cmatose::run(&ctx, &cm, &opts, &mut out);
     println!("test complete");
-    if a.stats {
+    if a.run.stats {
         super::print_stats(&ctx);
+        super::print_cm_stats(&cm);
     }
     match result {
         Ok(()) => {

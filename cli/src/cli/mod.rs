@@ -14,6 +14,7 @@ mod perf;
 mod pingpong;
 mod probe;
 mod ratelog;
+mod rping;
 
 /// A user-space RoCE v2 stack.
 #[derive(Debug, Parser)]
@@ -36,6 +37,9 @@ pub enum Command {
     /// Like rdma-core's ucmatose: an RC connection made through rdma_cm's CM (QP1), SENDs
     /// both ways, then a disconnect.
     Ucmatose(cmatose::CmatoseArgs),
+    /// Like rdma-core's rping: RDMA READ and WRITE pings over an RC connection made
+    /// through rdma_cm's CM (QP1), data checked.
+    Rping(rping::RpingArgs),
     /// Every RC operation (SEND, WRITE, READ, atomics, with immediate) against a peer, checked.
     RcOps(ops::OpsArgs),
     /// perftest's ib_*_bw / ib_*_lat tests, same flags, exchange and output.
@@ -115,6 +119,54 @@ fn open_device(
     Ok(ctx)
 }
 
+/// What the commands over the connection manager (`ucmatose`, `rping`) share.
+#[derive(Debug, clap::Args)]
+pub struct CmRunArgs {
+    /// Record every RoCE packet sent and received to this pcap file.
+    #[arg(long)]
+    pub pcap: Option<std::path::PathBuf>,
+    /// Print the device's and the connection manager's counters to stderr at the end.
+    #[arg(long)]
+    pub stats: bool,
+    /// Seconds to wait for the peer at each step.
+    #[arg(long, default_value_t = 30)]
+    pub timeout: u64,
+}
+
+/// The name of the device given with `--ib-dev`, or of the one that has address `local`
+/// (given with `flag`), or `None` for the first one.
+fn device_with(
+    ib_dev: Option<&str>,
+    local: Option<std::net::IpAddr>,
+    flag: &str,
+) -> Result<Option<String>, CliError> {
+    Ok(match (ib_dev, local) {
+        (Some(d), _) => Some(d.to_string()),
+        (None, Some(ip)) => Some(
+            ferroce::verbs::Device::list()
+                .into_iter()
+                .find(|d| d.gids().entries().iter().any(|e| e.addr == ip))
+                .map(|d| d.name().to_string())
+                .ok_or_else(|| format!("{flag} {ip}: no interface has this address"))?,
+        ),
+        (None, None) => None,
+    })
+}
+
+/// `--stats`: the connection manager's non-zero counters on one stderr line.
+fn print_cm_stats(cm: &ferroce::cm::ConnectionManager) {
+    let (c, unsent) = cm.counters();
+    let mut v: Vec<String> = c
+        .iter()
+        .filter(|(_, v)| *v != 0)
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    if unsent != 0 {
+        v.push(format!("cm_tx_no_route={unsent}"));
+    }
+    eprintln!("cm: {}", v.join(" "));
+}
+
 /// `--stats`: the non-zero counters on one stderr line.
 fn print_stats(ctx: &ferroce::verbs::Context) {
     let c: Vec<String> = ctx
@@ -174,6 +226,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::UdPingpong(a) => pingpong::run(ferroce::verbs::QpType::Ud, a),
         Command::RcOps(a) => ops::run(a),
         Command::Ucmatose(a) => cmatose::run(a),
+        Command::Rping(a) => rping::run(a),
         Command::Demo(a) => ops::demo(a),
         Command::Perf(c) => perf::run(*c),
         Command::Devices => devices::devices(),
