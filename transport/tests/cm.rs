@@ -167,6 +167,17 @@ fn connect(p: &mut Pair) -> (u32, u32) {
     (a_id, b_id)
 }
 
+/// A sends a REQ, B (listening) takes it: A's connection ID, B's.
+fn requested(p: &mut Pair) -> (u32, u32) {
+    p.b.listen(SID).unwrap();
+    let a_id = p.a.connect(p.now, gid(2), req(1, 1)).unwrap();
+    p.deliver_all();
+    let [CmEvent::ConnectRequest { id, .. }] = &events(&mut p.b)[..] else {
+        panic!("one connect request")
+    };
+    (a_id, *id)
+}
+
 #[test]
 fn a_connection_is_made_used_and_ended_through_time_wait() {
     let mut p = Pair::new();
@@ -213,17 +224,12 @@ fn nobody_listening_is_a_rej_with_invalid_service_id() {
 #[test]
 fn the_user_refuses_with_private_data() {
     let mut p = Pair::new();
-    p.b.listen(SID).unwrap();
-    let a_id = p.a.connect(p.now, gid(2), req(1, 1)).unwrap();
-    p.deliver_all();
-    let [CmEvent::ConnectRequest { id, .. }] = &events(&mut p.b)[..] else {
-        panic!()
-    };
+    let (a_id, b_id) = requested(&mut p);
     assert!(p
         .b
-        .reject(*id, RejReason::CONSUMER_DEFINED, &[0; 149])
+        .reject(b_id, RejReason::CONSUMER_DEFINED, &[0; 149])
         .is_err());
-    p.b.reject(*id, RejReason::CONSUMER_DEFINED, b"busy")
+    p.b.reject(b_id, RejReason::CONSUMER_DEFINED, b"busy")
         .unwrap();
     p.deliver_all();
     let [CmEvent::Rejected {
@@ -595,13 +601,7 @@ fn its_own_req_come_back_is_not_taken_for_a_peer_s() {
 #[test]
 fn a_request_the_user_never_answers_expires() {
     let mut p = Pair::new();
-    p.b.listen(SID).unwrap();
-    let a_id = p.a.connect(p.now, gid(2), req(1, 1)).unwrap();
-    p.deliver_all();
-    let [CmEvent::ConnectRequest { id, .. }] = &events(&mut p.b)[..] else {
-        panic!()
-    };
-    let b_id = *id;
+    let (a_id, b_id) = requested(&mut p);
     // A resends its REQ meanwhile; B keeps the one request and answers none of them.
     while p.b.connections() > 0 {
         p.tick();
@@ -619,4 +619,89 @@ fn a_request_the_user_never_answers_expires() {
         matches!(&ev[..], [CmEvent::Unreachable { id }] | [CmEvent::Rejected { id, .. }] if *id == a_id),
         "{ev:?}"
     );
+}
+
+fn sidr_req(port: u16) -> ferroce_wire::cm::SidrReq {
+    ferroce_wire::cm::SidrReq {
+        service_id: rdma_cm::service_id(PortSpace::UDP, port),
+        pkey: 0xffff,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn sidr_resolves_a_ud_service_and_refuses_an_unknown_one() {
+    use ferroce_wire::cm::SidrStatus;
+    let mut p = Pair::new();
+    let udp = rdma_cm::service_id(PortSpace::UDP, 7174);
+    p.b.listen(udp).unwrap();
+    // The first request is lost: A resends it.
+    let id = p.a.sidr_request(p.now, gid(2), sidr_req(7174)).unwrap();
+    assert_eq!(p.run(|_, _| false), 0);
+    p.tick();
+    p.deliver_all();
+    let [CmEvent::SidrRequest {
+        id: b_id,
+        from,
+        req,
+    }] = &events(&mut p.b)[..]
+    else {
+        panic!("one SIDR request")
+    };
+    assert_eq!((*from, req.service_id), (gid(1), udp));
+    p.b.sidr_reply(p.now, *b_id, SidrStatus::OK, 0x42, 0x0123_4567)
+        .unwrap();
+    p.deliver_all();
+    let [CmEvent::SidrReply { id: got, rep }] = &events(&mut p.a)[..] else {
+        panic!("one SIDR reply")
+    };
+    assert_eq!(*got, id);
+    assert_eq!(
+        (rep.status, rep.qpn, rep.qkey),
+        (SidrStatus::OK, 0x42, 0x0123_4567)
+    );
+    assert_eq!(p.a.connections(), 0, "nothing kept on the asking side");
+    // Nobody listens on 7175: "unsupported" at once.
+    let id = p.a.sidr_request(p.now, gid(2), sidr_req(7175)).unwrap();
+    p.deliver_all();
+    let [CmEvent::SidrReply { id: got, rep }] = &events(&mut p.a)[..] else {
+        panic!("one SIDR reply")
+    };
+    assert_eq!((*got, rep.status), (id, SidrStatus::UNSUPPORTED));
+    // A reply from elsewhere, or to nothing asked, changes nothing.
+    let forged = Repr {
+        tid: 1,
+        msg: Message::SidrRep(ferroce_wire::cm::SidrRep {
+            request_id: id,
+            status: SidrStatus::OK,
+            service_id: rdma_cm::service_id(PortSpace::UDP, 7175),
+            ..Default::default()
+        }),
+    }
+    .to_bytes();
+    assert_eq!(
+        p.a.handle_mad(p.now, gid(2), &forged),
+        Err(Dropped::UnknownCommId)
+    );
+    let id = p.a.sidr_request(p.now, gid(2), sidr_req(7175)).unwrap();
+    let mut forged_rep = Repr::parse(&Mad::new_checked(&forged[..]).unwrap()).unwrap();
+    if let Message::SidrRep(r) = &mut forged_rep.msg {
+        r.request_id = id;
+    }
+    assert_eq!(
+        p.a.handle_mad(p.now, gid(9), &forged_rep.to_bytes()),
+        Err(Dropped::Spoofed)
+    );
+}
+
+#[test]
+fn an_unanswered_sidr_request_ends_unreachable() {
+    let mut p = Pair::new();
+    let id = p.a.sidr_request(p.now, gid(2), sidr_req(1)).unwrap();
+    while p.a.poll_timeout().is_some() {
+        p.run(|_, _| false);
+        p.tick();
+    }
+    assert_eq!(events(&mut p.a), [CmEvent::Unreachable { id }]);
+    assert_eq!(p.a.counters().tx_retries[7], 3);
 }

@@ -2,7 +2,7 @@
 
 use std::net::Ipv6Addr;
 
-use ferroce_wire::cm::{RejReason, Rep, Req};
+use ferroce_wire::cm::{RejReason, Rep, Req, SidrRep, SidrReq};
 
 /// A connection's local communication ID: random, so that an off-path peer cannot name
 /// (and so end or hijack) another's connection.
@@ -47,6 +47,23 @@ pub enum CmEvent {
     Unreachable {
         /// The connection.
         id: CommId,
+    },
+    /// A SIDR REQ for a service this CM listens on: which UD QP serves it? Answer with
+    /// `sidr_reply`.
+    SidrRequest {
+        /// The request.
+        id: CommId,
+        /// The requester's GID.
+        from: Ipv6Addr,
+        /// The request (rdma_cm's IP header at the start of its private data).
+        req: Box<SidrReq>,
+    },
+    /// The answer to this side's SIDR REQ (its status says whether it is a QP and Q_Key).
+    SidrReply {
+        /// The request.
+        id: CommId,
+        /// The reply.
+        rep: Box<SidrRep>,
     },
     /// A connect request went unanswered by the user for as long as the CM would have
     /// resent it (response timeout × (retries + 1)): refused with a REJ (timeout) and
@@ -133,6 +150,6 @@ pub enum Dropped {
     /// A REQ (or SIDR REQ) for a service nobody here listens on, left for another
     /// process's CM on a shared interface (see `Cm::set_sole_listener`).
     NoListener,
-    /// A message this CM does not act on (LAP's MRA, SIDR).
-    Unsupported,
+    /// A SIDR REQ this CM refused with a SIDR REP of this status.
+    RefusedSidr(ferroce_wire::cm::SidrStatus),
 }

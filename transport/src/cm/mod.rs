@@ -29,8 +29,8 @@ use std::collections::{HashMap, VecDeque};
 use std::net::Ipv6Addr;
 
 use ferroce_wire::cm::{
-    Drep, Dreq, Message, MsgKind, Rej, RejReason, Rep, Repr, Req, Rtu, SidrRep, SidrStatus,
-    Transport,
+    Drep, Dreq, Message, MsgKind, Rej, RejReason, Rep, Repr, Req, Rtu, SidrRep, SidrReq,
+    SidrStatus, Transport,
 };
 use ferroce_wire::mad::Mad;
 
@@ -93,6 +93,10 @@ enum State {
     DreqSent,
     DreqRcvd,
     TimeWait,
+    /// A SIDR REQ sent, waiting for its SIDR REP.
+    SidrSent,
+    /// A SIDR REQ received, waiting for the user's answer.
+    SidrRcvd,
 }
 
 /// One connection, seen from this side.
@@ -105,6 +109,8 @@ struct Conn {
     remote_comm_id: u32,
     local_qpn: u32,
     remote_qpn: u32,
+    /// The service a SIDR REQ asked for (0 otherwise).
+    service_id: u64,
     tid: u64,
     /// The last message sent: resent on a timeout, or to answer a duplicate.
     last: Option<Repr>,
@@ -207,6 +213,7 @@ impl Cm {
             remote_comm_id: 0,
             local_qpn: req.local_qpn,
             remote_qpn: 0,
+            service_id: 0,
             tid,
             last: None,
             retries_left: req.max_cm_retries,
@@ -252,17 +259,7 @@ impl Cm {
             State::RepRcvd => MsgKind::Rep,
             _ => return Err(CmError::WrongState),
         };
-        let mut rej = Rej {
-            local_comm_id: id,
-            remote_comm_id: c.remote_comm_id,
-            message_rejected: rejected,
-            reason,
-            ..Rej::default()
-        };
-        rej.private_data[..private_data.len()].copy_from_slice(private_data);
-        let (to, tid) = (c.remote_gid, c.tid);
-        self.send(to, tid, Message::Rej(rej));
-        self.forget(id);
+        self.reject_and_forget(id, rejected, reason, private_data);
         Ok(())
     }
 
@@ -313,7 +310,6 @@ impl Cm {
     /// changes nothing.
     pub fn disconnect(&mut self, now: Instant, id: CommId) -> Result<(), CmError> {
         let c = self.conns.get(&id).ok_or(CmError::UnknownId)?;
-        let (to, tid) = (c.remote_gid, c.tid);
         match c.state {
             State::Established => {
                 let dreq = Dreq {
@@ -331,18 +327,84 @@ impl Cm {
             State::DreqRcvd => self.answer_dreq(now, id),
             State::ReqSent | State::RepRcvd | State::ReqRcvd | State::RepSent => {
                 let rejected = if c.active { MsgKind::Rep } else { MsgKind::Req };
-                let rej = Rej {
-                    local_comm_id: id,
-                    remote_comm_id: c.remote_comm_id,
-                    message_rejected: rejected,
-                    reason: RejReason::CONSUMER_DEFINED,
-                    ..Rej::default()
-                };
-                self.send(to, tid, Message::Rej(rej));
-                self.forget(id);
+                self.reject_and_forget(id, rejected, RejReason::CONSUMER_DEFINED, &[]);
             }
             State::DreqSent | State::TimeWait => {}
+            // A UD service request: the asking side stops waiting, the asked one refuses.
+            State::SidrSent => self.forget(id),
+            State::SidrRcvd => {
+                let _ = self.sidr_reply(now, id, SidrStatus::REJECT, 0, 0);
+            }
         }
+        Ok(())
+    }
+
+    /// Asks `remote_gid` which UD QP and Q_Key serve `req.service_id` (a SIDR REQ; the
+    /// request ID is filled in). The answer comes as [`CmEvent::SidrReply`], or
+    /// [`CmEvent::Unreachable`] after every resend.
+    pub fn sidr_request(
+        &mut self,
+        now: Instant,
+        remote_gid: Ipv6Addr,
+        mut req: SidrReq,
+    ) -> Result<CommId, CmError> {
+        if self.conns.len() >= self.config.max_connections {
+            return Err(CmError::TooManyConnections);
+        }
+        let id = self.new_id();
+        req.request_id = id;
+        let tid = self.random.u64();
+        self.conns.insert(
+            id,
+            Conn {
+                state: State::SidrSent,
+                active: true,
+                remote_gid,
+                remote_comm_id: 0,
+                local_qpn: 0,
+                remote_qpn: 0,
+                service_id: req.service_id,
+                tid,
+                last: None,
+                retries_left: self.config.max_retries,
+                deadline: None,
+                wait: cm_time(self.config.response_timeout),
+            },
+        );
+        self.send_and_wait(now, id, Message::SidrReq(req));
+        Ok(id)
+    }
+
+    /// Answers a SIDR request: `status` OK with the serving QP and its Q_Key, or a refusal
+    /// ([`SidrStatus::REJECT`], ...) with both 0. The answer is kept for a while, to send
+    /// again should the request come again.
+    pub fn sidr_reply(
+        &mut self,
+        now: Instant,
+        id: CommId,
+        status: SidrStatus,
+        qpn: u32,
+        qkey: u32,
+    ) -> Result<(), CmError> {
+        let c = self.conns.get_mut(&id).ok_or(CmError::UnknownId)?;
+        if c.state != State::SidrRcvd {
+            return Err(CmError::WrongState);
+        }
+        let repr = Repr {
+            tid: c.tid,
+            msg: Message::SidrRep(SidrRep {
+                request_id: c.remote_comm_id,
+                status,
+                qpn,
+                qkey,
+                service_id: c.service_id,
+                ..SidrRep::default()
+            }),
+        };
+        c.last = Some(repr.clone());
+        let to = c.remote_gid;
+        self.transmit(to, &repr);
+        self.enter_timewait(now, id);
         Ok(())
     }
 
@@ -374,7 +436,9 @@ impl Cm {
                 continue;
             };
             match c.state {
-                State::ReqSent | State::RepSent | State::DreqSent if c.retries_left > 0 => {
+                State::ReqSent | State::RepSent | State::DreqSent | State::SidrSent
+                    if c.retries_left > 0 =>
+                {
                     c.retries_left -= 1;
                     c.deadline = Some(now + c.wait);
                     let (to, last) = (c.remote_gid, c.last.clone());
@@ -383,31 +447,25 @@ impl Cm {
                         self.transmit(to, &repr);
                     }
                 }
-                State::ReqSent | State::RepSent => {
+                State::ReqSent | State::RepSent | State::ReqRcvd => {
+                    // Given up: a REJ (timeout) tells the peer.
                     self.counters.timeouts += 1;
-                    let rej = Rej {
-                        local_comm_id: id,
-                        remote_comm_id: c.remote_comm_id,
-                        message_rejected: if c.active { MsgKind::Req } else { MsgKind::Rep },
-                        reason: RejReason::TIMEOUT,
-                        ..Rej::default()
+                    let (rejected, ev) = match c.state {
+                        State::ReqSent => (MsgKind::Req, CmEvent::Unreachable { id }),
+                        State::RepSent => (MsgKind::Rep, CmEvent::Unreachable { id }),
+                        _ => (MsgKind::Req, CmEvent::RequestExpired { id }),
                     };
-                    let (to, tid) = (c.remote_gid, c.tid);
-                    self.send(to, tid, Message::Rej(rej));
+                    self.reject_and_forget(id, rejected, RejReason::TIMEOUT, &[]);
+                    self.events.push_back(ev);
+                }
+                State::SidrSent => {
+                    self.counters.timeouts += 1;
                     self.forget(id);
                     self.events.push_back(CmEvent::Unreachable { id });
                 }
-                State::ReqRcvd => {
+                State::SidrRcvd => {
                     self.counters.timeouts += 1;
-                    let rej = Rej {
-                        local_comm_id: id,
-                        remote_comm_id: c.remote_comm_id,
-                        message_rejected: MsgKind::Req,
-                        reason: RejReason::TIMEOUT,
-                        ..Rej::default()
-                    };
-                    let (to, tid) = (c.remote_gid, c.tid);
-                    self.send(to, tid, Message::Rej(rej));
+                    let _ = self.sidr_reply(now, id, SidrStatus::REJECT, 0, 0);
                     self.forget(id);
                     self.events.push_back(CmEvent::RequestExpired { id });
                 }
@@ -446,19 +504,8 @@ impl Cm {
             Message::Mra(m) => self.on_mra(now, from, m),
             Message::Dreq(d) => self.on_dreq(now, from, d),
             Message::Drep(d) => self.on_drep(now, from, d),
-            Message::SidrReq(_) if !self.sole => Err(Dropped::NoListener),
-            Message::SidrReq(q) => {
-                // No UD service resolution here yet: say nobody serves it, as IBA asks.
-                let rep = SidrRep {
-                    request_id: q.request_id,
-                    status: SidrStatus::UNSUPPORTED,
-                    service_id: q.service_id,
-                    ..SidrRep::default()
-                };
-                self.send(from, tid, Message::SidrRep(rep));
-                Err(Dropped::Unsupported)
-            }
-            Message::SidrRep(_) => Err(Dropped::Unsupported),
+            Message::SidrReq(q) => self.on_sidr_req(now, from, tid, q),
+            Message::SidrRep(p) => self.on_sidr_rep(from, p),
         };
         if let Err(d) = r {
             self.count_drop(d);
@@ -478,7 +525,7 @@ impl Cm {
             Dropped::Malformed(_)
             | Dropped::Duplicate
             | Dropped::Refused(_)
-            | Dropped::Unsupported => {}
+            | Dropped::RefusedSidr(_) => {}
         }
     }
 
@@ -554,6 +601,7 @@ impl Cm {
                 remote_comm_id: q.local_comm_id,
                 local_qpn: 0,
                 remote_qpn: q.local_qpn,
+                service_id: 0,
                 tid,
                 last: None,
                 retries_left: q.max_cm_retries.min(self.config.max_retries),
@@ -568,6 +616,86 @@ impl Cm {
             id,
             from,
             req: Box::new(q),
+        });
+        Ok(())
+    }
+
+    fn on_sidr_req(
+        &mut self,
+        now: Instant,
+        from: Ipv6Addr,
+        tid: u64,
+        q: SidrReq,
+    ) -> Result<(), Dropped> {
+        if let Some(&id) = self.by_remote.get(&(from, q.request_id)) {
+            // Asked again: the answer again, if there is one yet.
+            self.counters.rx_duplicates[7] += 1;
+            let last = self.conns.get(&id).and_then(|c| c.last.clone());
+            if let Some(last) = last {
+                self.transmit(from, &last);
+            }
+            return Err(Dropped::Duplicate);
+        }
+        let listened = self.listeners.contains_key(&q.service_id);
+        if !listened && !self.sole {
+            return Err(Dropped::NoListener);
+        }
+        let refuse = if !listened {
+            self.counters.rej_no_listener += 1;
+            Some(SidrStatus::UNSUPPORTED)
+        } else if self.conns.len() >= self.config.max_connections {
+            self.counters.rej_no_resources += 1;
+            Some(SidrStatus::NO_QP)
+        } else {
+            None
+        };
+        if let Some(status) = refuse {
+            let rep = SidrRep {
+                request_id: q.request_id,
+                status,
+                service_id: q.service_id,
+                ..SidrRep::default()
+            };
+            self.send(from, tid, Message::SidrRep(rep));
+            return Err(Dropped::RefusedSidr(status));
+        }
+        let id = self.new_id();
+        self.conns.insert(
+            id,
+            Conn {
+                state: State::SidrRcvd,
+                active: false,
+                remote_gid: from,
+                remote_comm_id: q.request_id,
+                local_qpn: 0,
+                remote_qpn: 0,
+                service_id: q.service_id,
+                tid,
+                last: None,
+                retries_left: 0,
+                deadline: Some(now + self.request_wait()),
+                wait: cm_time(self.config.response_timeout),
+            },
+        );
+        self.by_remote.insert((from, q.request_id), id);
+        self.events.push_back(CmEvent::SidrRequest {
+            id,
+            from,
+            req: Box::new(q),
+        });
+        Ok(())
+    }
+
+    fn on_sidr_rep(&mut self, from: Ipv6Addr, p: SidrRep) -> Result<(), Dropped> {
+        let id = p.request_id;
+        let c = self.named(from, id)?;
+        if c.state != State::SidrSent || p.service_id != c.service_id {
+            return Err(Dropped::WrongState);
+        }
+        self.forget(id);
+        self.events.push_back(CmEvent::SidrReply {
+            id,
+            rep: Box::new(p),
         });
         Ok(())
     }
@@ -731,6 +859,31 @@ impl Cm {
             }
             _ => Err(Dropped::WrongState),
         }
+    }
+
+    /// Sends connection `id`'s peer a REJ (`private_data` fits: checked by the caller) and
+    /// forgets the connection.
+    fn reject_and_forget(
+        &mut self,
+        id: CommId,
+        rejected: MsgKind,
+        reason: RejReason,
+        private_data: &[u8],
+    ) {
+        let Some(c) = self.conns.get(&id) else {
+            return;
+        };
+        let mut rej = Rej {
+            local_comm_id: id,
+            remote_comm_id: c.remote_comm_id,
+            message_rejected: rejected,
+            reason,
+            ..Rej::default()
+        };
+        rej.private_data[..private_data.len()].copy_from_slice(private_data);
+        let (to, tid) = (c.remote_gid, c.tid);
+        self.send(to, tid, Message::Rej(rej));
+        self.forget(id);
     }
 
     /// Sends the DREP to the peer's DREQ (kept to answer its resends) and enters
