@@ -139,3 +139,60 @@ fn the_server_may_refuse() {
     );
     server.join().unwrap();
 }
+
+#[test]
+fn a_ud_service_is_found_and_datagrams_reach_it() {
+    let (a, b) = Context::memory_pair().unwrap();
+    let (cm_a, cm_b) = (
+        ConnectionManager::open(&a).unwrap(),
+        ConnectionManager::open(&b).unwrap(),
+    );
+    cm_b.listen_ud(7174).unwrap();
+    let pd_b = b.alloc_pd().unwrap();
+    let cq_b = b.create_cq(8).unwrap();
+    let qp_b = pd_b
+        .create_qp(&cq_b, &cq_b, QpType::Ud, QpCap::default())
+        .unwrap();
+    qp_b.ready_ud(0x0123_4567, 0).unwrap();
+    let mr_b = pd_b.reg_mr(40 + 64, Access::LOCAL_WRITE).unwrap();
+    qp_b.post_recv(&RecvWr {
+        wr_id: 1,
+        sg_list: vec![mr_b.sge(0, 104)],
+    })
+    .unwrap();
+    let qpn_b = qp_b.qpn();
+    let server = std::thread::spawn(move || {
+        let req = cm_b.get_ud_request(7174, T).expect("a UD service request");
+        assert_eq!(
+            req.ip.map(|h| h.dst),
+            Some(std::net::IpAddr::from([10, 0, 0, 2]))
+        );
+        cm_b.accept_ud(&req, qpn_b, 0x0123_4567).unwrap();
+        cm_b
+    });
+    let svc = cm_a.resolve_ud([10, 0, 0, 2].into(), 7174, T).unwrap();
+    assert_eq!((svc.qpn, svc.qkey), (qpn_b, 0x0123_4567));
+    let _cm_b = server.join().unwrap();
+    let pd_a = a.alloc_pd().unwrap();
+    let cq_a = a.create_cq(8).unwrap();
+    let qp_a = pd_a
+        .create_qp(&cq_a, &cq_a, QpType::Ud, QpCap::default())
+        .unwrap();
+    qp_a.ready_ud(0x0123_4567, 0).unwrap();
+    let mr_a = pd_a.reg_mr(64, Access::empty()).unwrap();
+    mr_a.write(0, b"over SIDR").unwrap();
+    let ah = pd_a
+        .create_ah(cm_a.address_vector(svc.remote).unwrap())
+        .unwrap();
+    qp_a.post_send(&wr::ud_send(2, mr_a.sge(0, 9), ah.dest(svc.qpn, svc.qkey)))
+        .unwrap();
+    let wc = cq_b.wait_one(T).expect("the datagram");
+    assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 49));
+    assert_eq!(&mr_b.to_vec()[40..49], b"over SIDR");
+    // Nothing listens on 7175.
+    let r = cm_a.resolve_ud([10, 0, 0, 2].into(), 7175, T);
+    assert!(
+        matches!(r, Err(CmFailure::SidrRefused(s)) if s == ferroce_wire::cm::SidrStatus::UNSUPPORTED),
+        "{r:?}"
+    );
+}

@@ -189,7 +189,7 @@ fn a_closed_stdout_ends_listings_quietly() {
 fn ucmatose_mistakes() {
     let (code, err) = fails(&["ucmatose", "-c", "2"]);
     assert_eq!(code, 2);
-    assert!(err.contains("one connection; leave -c out"), "{err}");
+    assert!(err.contains("make one connection; leave -c out"), "{err}");
     let (code, err) = fails(&["ucmatose", "-b", "192.0.2.77"]);
     assert_eq!(code, 2);
     assert!(

@@ -38,7 +38,7 @@ use std::time::{Duration, Instant as StdInstant};
 use ferroce_transport::cm::{Cm, CmConfig, CmCounters, CmEvent, CmTransmit, CommId};
 use ferroce_transport::Instant;
 use ferroce_wire::cm::rdma_cm::{self, IpHeader, PortSpace};
-use ferroce_wire::cm::{RejReason, Rep, Req, Transport};
+use ferroce_wire::cm::{RejReason, Rep, Req, SidrReq, SidrStatus, Transport};
 use ferroce_wire::mad::{GSI_QKEY, GSI_QPN, MAD_LEN};
 
 use crate::verbs::{
@@ -74,6 +74,8 @@ pub enum CmFailure {
     TimedOut,
     /// The peer's message made no sense (an event this step does not expect).
     Unexpected(CmEvent),
+    /// The peer answered a UD service request with this status.
+    SidrRefused(SidrStatus),
 }
 
 impl std::fmt::Display for CmFailure {
@@ -88,6 +90,10 @@ impl std::fmt::Display for CmFailure {
             CmFailure::Unreachable => write!(f, "the peer's connection manager never answered"),
             CmFailure::TimedOut => write!(f, "timed out"),
             CmFailure::Unexpected(e) => write!(f, "unexpected connection event {e:?}"),
+            CmFailure::SidrRefused(st) if *st == SidrStatus::UNSUPPORTED => {
+                write!(f, "connection refused: nothing listens on that port")
+            }
+            CmFailure::SidrRefused(st) => write!(f, "UD service refused (SIDR status {})", st.0),
         }
     }
 }
@@ -118,6 +124,28 @@ pub struct Request {
     pub req: Box<Req>,
     /// rdma_cm's addresses and source port, if the REQ has its header.
     pub ip: Option<IpHeader>,
+}
+
+/// A UD service request waiting for [`ConnectionManager::accept_ud`].
+#[derive(Debug, Clone)]
+pub struct UdRequest {
+    /// The request.
+    pub id: CommId,
+    /// The requester's GID.
+    pub from: Ipv6Addr,
+    /// rdma_cm's addresses and source port, if the request has its header.
+    pub ip: Option<IpHeader>,
+}
+
+/// Where a UD service is: send to this QP with this Q_Key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdService {
+    /// The server's GID.
+    pub remote: Ipv6Addr,
+    /// Its QP.
+    pub qpn: u32,
+    /// The Q_Key to send with.
+    pub qkey: u32,
 }
 
 /// A connection made.
@@ -411,6 +439,88 @@ impl ConnectionManager {
         })
     }
 
+    /// Takes UD service requests (SIDR) for `port` in rdma_cm's UDP port space (what
+    /// udaddy and rdma_cm's UD users resolve).
+    pub fn listen_ud(&self, port: u16) -> Result<(), CmFailure> {
+        let sid = rdma_cm::service_id(PortSpace::UDP, port);
+        relock(&self.inner.state).cm.listen(sid)?;
+        Ok(())
+    }
+
+    /// The next UD service request for `port`.
+    pub fn get_ud_request(&self, port: u16, timeout: Duration) -> Option<UdRequest> {
+        let sid = rdma_cm::service_id(PortSpace::UDP, port);
+        let ev = self.inner.wait(timeout, |s| {
+            s.requests.get_mut(&sid).and_then(VecDeque::pop_front)
+        })?;
+        match ev {
+            CmEvent::SidrRequest { id, from, req } => Some(UdRequest {
+                id,
+                from,
+                ip: IpHeader::parse(&req.private_data).ok(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// Answers a UD service request: QP `qpn` with Q_Key `qkey` serves it.
+    pub fn accept_ud(&self, request: &UdRequest, qpn: u32, qkey: u32) -> Result<(), CmFailure> {
+        self.inner
+            .with_cm(|cm, now| cm.sidr_reply(now, request.id, SidrStatus::OK, qpn, qkey))?;
+        Ok(())
+    }
+
+    /// Asks `remote` which UD QP and Q_Key serve `port` in rdma_cm's UDP port space (a
+    /// SIDR REQ with rdma_cm's IP header), as rdma_connect does for a UD rdma_cm ID.
+    pub fn resolve_ud(
+        &self,
+        remote: IpAddr,
+        port: u16,
+        timeout: Duration,
+    ) -> Result<UdService, CmFailure> {
+        let remote_gid = gid_of(remote);
+        let remote = ip_of(remote_gid);
+        let (_, local_gid) = source_for(&self.inner.ctx, remote_gid)?;
+        let mut req = SidrReq {
+            service_id: rdma_cm::service_id(PortSpace::UDP, port),
+            pkey: 0xffff,
+            ..SidrReq::default()
+        };
+        IpHeader {
+            src_port: (random_psn()? as u16) | 0x8000,
+            src: ip_of(local_gid),
+            dst: remote,
+        }
+        .emit(&mut req.private_data)
+        .map_err(|_| CmFailure::Verbs(Error::NoSuchGid(0)))?;
+        let id = self
+            .inner
+            .with_cm(|cm, now| cm.sidr_request(now, remote_gid, req))?;
+        match self.inner.next_event(id, timeout) {
+            Some(CmEvent::SidrReply { rep, .. }) if rep.status == SidrStatus::OK => Ok(UdService {
+                remote: remote_gid,
+                qpn: rep.qpn,
+                qkey: rep.qkey,
+            }),
+            Some(CmEvent::SidrReply { rep, .. }) => Err(CmFailure::SidrRefused(rep.status)),
+            None => Err(CmFailure::TimedOut),
+            Some(CmEvent::Unreachable { .. }) => Err(CmFailure::Unreachable),
+            Some(e) => Err(CmFailure::Unexpected(e)),
+        }
+    }
+
+    /// The address vector to reach `remote` from this device: from the local GID of its
+    /// family (IPv4-mapped for IPv4, link-local for a link-local peer), as rdma_cm picks
+    /// its source. For a UD peer found with [`ConnectionManager::resolve_ud`], or one
+    /// that sent a datagram.
+    pub fn address_vector(&self, remote: Ipv6Addr) -> Result<AddressVector, Error> {
+        let (sgid_index, _) = source_for(&self.inner.ctx, remote)?;
+        Ok(AddressVector {
+            sgid_index: sgid_index as u8,
+            ..AddressVector::new(remote)
+        })
+    }
+
     /// Refuses a request (rdma_reject).
     pub fn reject(&self, request: &Request, private_data: &[u8]) -> Result<(), CmFailure> {
         self.inner
@@ -540,14 +650,18 @@ impl Inner {
                 CmEvent::ConnectRequest { req, .. } => {
                     s.requests.entry(req.service_id).or_default().push_back(ev)
                 }
+                CmEvent::SidrRequest { req, .. } => {
+                    s.requests.entry(req.service_id).or_default().push_back(ev)
+                }
                 CmEvent::TimewaitExit { id } => {
                     s.events.remove(id);
                 }
                 CmEvent::RequestExpired { id } => {
                     for q in s.requests.values_mut() {
-                        q.retain(
-                            |e| !matches!(e, CmEvent::ConnectRequest { id: i, .. } if i == id),
-                        );
+                        q.retain(|e| {
+                            !matches!(e, CmEvent::ConnectRequest { id: i, .. }
+                                | CmEvent::SidrRequest { id: i, .. } if i == id)
+                        });
                     }
                 }
                 CmEvent::Reply { id, .. }
@@ -555,7 +669,8 @@ impl Inner {
                 | CmEvent::Rejected { id, .. }
                 | CmEvent::Unreachable { id }
                 | CmEvent::DisconnectRequest { id }
-                | CmEvent::Disconnected { id } => {
+                | CmEvent::Disconnected { id }
+                | CmEvent::SidrReply { id, .. } => {
                     s.events.entry(*id).or_default().push_back(ev.clone())
                 }
             }

@@ -3,7 +3,8 @@
 # rxe: rdma-core's unmodified ucmatose on rxe0 against `ferroce ucmatose`, in both roles,
 # with small and multi-packet messages, and refused connections both ways; rdma-core's
 # rping (RDMA READ and WRITE over the connection, rping's client validating with -V)
-# against `ferroce rping`, both roles, one-packet and multi-packet buffers. Topology
+# against `ferroce rping`, both roles, one-packet and multi-packet buffers; rdma-core's
+# udaddy (UD, the service found with SIDR) against `ferroce udaddy`, both roles. Topology
 # (rxe-vm's setup_peer_ns): ferroce in netns "peer" on vethP 10.77.0.1, rxe0 on vethR
 # 10.77.0.2 in the initial namespace.
 #   rxe_cm.sh FERROCE_BINARY        (normally started by tests/interop/guest.sh)
@@ -97,6 +98,27 @@ for S in 64 10000; do
   ! grep -q "data mismatch" "$log.rxe" || ok=0
   cm_seen "$NAME" REQ REP RTU DREQ DREP || ok=0
   result "$NAME" $ok "10 pings of $S bytes, read and written back by ferroce, validated by rping -V"
+done
+
+# udaddy: UD datagrams both ways to a service found with SIDR (rdma_cm's UDP port space).
+for role in rs fs; do
+  NAME=udaddy-$role; log=$OUT/logs/$NAME; ok=1
+  if [ $role = rs ]; then
+    timeout 60 udaddy -b 10.77.0.2 -C 20 -S 1000 >"$log.rxe" 2>&1 & sp=$!
+    sleep 1
+    ip netns exec peer timeout 60 "$F" udaddy -d vethP -s 10.77.0.2 -C 20 -S 1000 --stats \
+      --pcap "$OUT/pcaps/$NAME.pcap" >"$log.ferroce" 2>&1 || ok=0
+  else
+    ip netns exec peer timeout 60 "$F" udaddy -d vethP -C 20 -S 1000 --stats \
+      --pcap "$OUT/pcaps/$NAME.pcap" >"$log.ferroce" 2>&1 & sp=$!
+    wait_line "$log.ferroce" "starting server" && sleep 1
+    timeout 60 udaddy -s 10.77.0.1 -b 10.77.0.2 -C 20 -S 1000 >"$log.rxe" 2>&1 || ok=0
+  fi
+  wait $sp || ok=0
+  grep -q "return status 0" "$log.rxe" && grep -q "return status 0" "$log.ferroce" || ok=0
+  grep -q "data transfers complete" "$log.rxe" || ok=0
+  cm_seen "$NAME" SIDR_REQ SIDR_REP || ok=0
+  result "$NAME" $ok "20 datagrams of 1000 bytes each way"
 done
 
 echo "rxe-cm: $pass passed, $fail failed"

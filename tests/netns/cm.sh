@@ -8,6 +8,8 @@
 #                 connection manager sees QP1's frames; each takes what is its own)
 #   rping         rdma-core's rping exchange (`ferroce rping`): RDMA READ and WRITE of each
 #                 ping over the connection, checked by the client; two hosts, and lo
+#   udaddy        rdma-core's udaddy exchange (`ferroce udaddy`): UD datagrams both ways to
+#                 a service found with SIDR; two hosts, and lo
 #   refused       a port nobody listens on, answered with a REJ at once: on another host
 #                 (its ferroce listens elsewhere), on the same interface, on lo
 #   tests/netns/cm.sh [FERROCE_BINARY]   (needs root: namespaces, veth)
@@ -66,6 +68,24 @@ rping_pair() { # rping_pair NAME SERVER_NS SERVER_DEV SERVER_ADDR CLIENT_NS CLIE
 }
 rping_pair rping-two-hosts $B $IF 10.89.0.2 $A $IF 100000
 rping_pair rping-one-host-lo $A lo 127.0.0.1 $A lo 64
+
+# udaddy: datagrams both ways to a UD service found with SIDR.
+udaddy_pair() { # udaddy_pair NAME SERVER_NS SERVER_DEV CLIENT_NS CLIENT_DEV SERVER_ADDR
+  local name=$1 sns=$2 sdev=$3 cns=$4 cdev=$5 addr=$6 rc=0
+  local s=$out/$name.server c=$out/$name.client
+  ip netns exec "$sns" timeout 60 "$F" udaddy -d "$sdev" -C 20 -S 1000 >"$s" 2>&1 & local sp=$!
+  wait_line "$s" "starting server"; sleep 0.5
+  ip netns exec "$cns" timeout 60 "$F" udaddy -d "$cdev" -s "$addr" -C 20 -S 1000 \
+    --pcap "$out/$name.pcap" >"$c" 2>&1 || rc=1
+  wait $sp || rc=1
+  if [ $rc = 0 ] && grep -q "data transfers complete" "$s" && grep -q "data transfers complete" "$c" &&
+     "$F" decode "$out/$name.pcap" >"$out/$name.decode" 2>&1 &&
+     grep -q "| CM SIDR_REQ " "$out/$name.decode" && grep -q "| CM SIDR_REP .*status=0 " "$out/$name.decode"; then
+    ok "$name" "20 datagrams of 1000 bytes each way, the service found with SIDR"
+  else ko "$name" "exit codes, status lines or the capture's SIDR" "$s" "$c" "$out/$name.decode"; fi
+}
+udaddy_pair udaddy-two-hosts $B $IF $A $IF 10.89.0.2
+udaddy_pair udaddy-one-host-lo $A lo $A lo 127.0.0.1
 
 # refused NAME NS DEV ADDR: a client to port 7999, where nothing listens, must fail at once
 # saying so.

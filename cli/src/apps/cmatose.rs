@@ -17,12 +17,12 @@ use ferroce::verbs::{
     Access, CompletionQueue, Context, QpCap, QpType, QueuePair, RecvWr, WcOpcode, WcStatus,
 };
 
-/// What to run.
+/// What to run (`ferroce udaddy` takes the same).
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// The server to connect to; `None`: be the server.
+    /// The server to connect to (or resolve); `None`: be the server.
     pub server: Option<IpAddr>,
-    /// rdma_cm port (ucmatose's default 7471).
+    /// rdma_cm port (ucmatose's default 7471, udaddy's 7174).
     pub port: u16,
     /// Messages each way.
     pub count: usize,

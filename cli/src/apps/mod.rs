@@ -7,3 +7,4 @@ pub mod ops;
 pub mod perftest;
 pub mod pingpong;
 pub mod rping;
+pub mod udaddy;

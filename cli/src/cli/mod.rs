@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-mod cmatose;
+mod cm_example;
 mod decode;
 mod devices;
 mod exec;
@@ -36,10 +36,13 @@ pub enum Command {
     UdPingpong(pingpong::PingPongArgs),
     /// Like rdma-core's ucmatose: an RC connection made through rdma_cm's CM (QP1), SENDs
     /// both ways, then a disconnect.
-    Ucmatose(cmatose::CmatoseArgs),
+    Ucmatose(cm_example::ExampleArgs),
     /// Like rdma-core's rping: RDMA READ and WRITE pings over an RC connection made
     /// through rdma_cm's CM (QP1), data checked.
     Rping(rping::RpingArgs),
+    /// Like rdma-core's udaddy: UD datagrams both ways to a service found with SIDR on
+    /// QP1, as rdma_cm's UDP port space finds it.
+    Udaddy(cm_example::ExampleArgs),
     /// Every RC operation (SEND, WRITE, READ, atomics, with immediate) against a peer, checked.
     RcOps(ops::OpsArgs),
     /// perftest's ib_*_bw / ib_*_lat tests, same flags, exchange and output.
@@ -225,8 +228,9 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::UcPingpong(a) => pingpong::run(ferroce::verbs::QpType::Uc, a),
         Command::UdPingpong(a) => pingpong::run(ferroce::verbs::QpType::Ud, a),
         Command::RcOps(a) => ops::run(a),
-        Command::Ucmatose(a) => cmatose::run(a),
+        Command::Ucmatose(a) => cm_example::run(cm_example::Example::Ucmatose, a),
         Command::Rping(a) => rping::run(a),
+        Command::Udaddy(a) => cm_example::run(cm_example::Example::Udaddy, a),
         Command::Demo(a) => ops::demo(a),
         Command::Perf(c) => perf::run(*c),
         Command::Devices => devices::devices(),
