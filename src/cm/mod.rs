@@ -283,10 +283,7 @@ impl ConnectionManager {
     /// The next connection request for `port`.
     pub fn get_request(&self, port: u16, timeout: Duration) -> Option<Request> {
         let sid = rdma_cm::service_id(PortSpace::TCP, port);
-        let ev = self.inner.wait(timeout, |s| {
-            s.requests.get_mut(&sid).and_then(VecDeque::pop_front)
-        })?;
-        match ev {
+        match self.inner.next_request(sid, timeout)? {
             CmEvent::ConnectRequest { id, from, req } => Some(Request {
                 id,
                 from,
@@ -450,10 +447,7 @@ impl ConnectionManager {
     /// The next UD service request for `port`.
     pub fn get_ud_request(&self, port: u16, timeout: Duration) -> Option<UdRequest> {
         let sid = rdma_cm::service_id(PortSpace::UDP, port);
-        let ev = self.inner.wait(timeout, |s| {
-            s.requests.get_mut(&sid).and_then(VecDeque::pop_front)
-        })?;
-        match ev {
+        match self.inner.next_request(sid, timeout)? {
             CmEvent::SidrRequest { id, from, req } => Some(UdRequest {
                 id,
                 from,
@@ -627,6 +621,13 @@ impl Inner {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
+    }
+
+    /// The next request (connect or SIDR) for service `sid`.
+    fn next_request(&self, sid: u64, timeout: Duration) -> Option<CmEvent> {
+        self.wait(timeout, |s| {
+            s.requests.get_mut(&sid).and_then(VecDeque::pop_front)
+        })
     }
 
     /// The next event of connection `id`.

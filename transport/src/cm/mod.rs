@@ -120,6 +120,27 @@ struct Conn {
     wait: Duration,
 }
 
+impl Conn {
+    /// A connection in `state` with `remote_gid`, named by no peer ID or QP yet, with no
+    /// message sent and no timer armed. The active states are the ones that send first.
+    fn new(state: State, remote_gid: Ipv6Addr, tid: u64, wait: Duration, retries: u8) -> Conn {
+        Conn {
+            state,
+            active: matches!(state, State::ReqSent | State::SidrSent),
+            remote_gid,
+            remote_comm_id: 0,
+            local_qpn: 0,
+            remote_qpn: 0,
+            service_id: 0,
+            tid,
+            last: None,
+            retries_left: retries,
+            deadline: None,
+            wait,
+        }
+    }
+}
+
 /// A connection manager for one port.
 #[derive(Debug)]
 pub struct Cm {
@@ -206,19 +227,10 @@ impl Cm {
         req.local_cm_response_timeout = self.config.response_timeout;
         req.max_cm_retries = self.config.max_retries.min(15);
         let tid = self.random.u64();
+        let wait = cm_time(self.config.response_timeout);
         let conn = Conn {
-            state: State::ReqSent,
-            active: true,
-            remote_gid,
-            remote_comm_id: 0,
             local_qpn: req.local_qpn,
-            remote_qpn: 0,
-            service_id: 0,
-            tid,
-            last: None,
-            retries_left: req.max_cm_retries,
-            deadline: None,
-            wait: cm_time(self.config.response_timeout),
+            ..Conn::new(State::ReqSent, remote_gid, tid, wait, req.max_cm_retries)
         };
         self.conns.insert(id, conn);
         self.send_and_wait(now, id, Message::Req(req));
@@ -354,21 +366,13 @@ impl Cm {
         let id = self.new_id();
         req.request_id = id;
         let tid = self.random.u64();
+        let wait = cm_time(self.config.response_timeout);
+        let retries = self.config.max_retries;
         self.conns.insert(
             id,
             Conn {
-                state: State::SidrSent,
-                active: true,
-                remote_gid,
-                remote_comm_id: 0,
-                local_qpn: 0,
-                remote_qpn: 0,
                 service_id: req.service_id,
-                tid,
-                last: None,
-                retries_left: self.config.max_retries,
-                deadline: None,
-                wait: cm_time(self.config.response_timeout),
+                ..Conn::new(State::SidrSent, remote_gid, tid, wait, retries)
             },
         );
         self.send_and_wait(now, id, Message::SidrReq(req));
@@ -595,20 +599,18 @@ impl Cm {
         self.conns.insert(
             id,
             Conn {
-                state: State::ReqRcvd,
-                active: false,
-                remote_gid: from,
                 remote_comm_id: q.local_comm_id,
-                local_qpn: 0,
                 remote_qpn: q.local_qpn,
-                service_id: 0,
-                tid,
-                last: None,
-                retries_left: q.max_cm_retries.min(self.config.max_retries),
                 // The user has as long to answer as this CM would resend for: a flood of
                 // REQs nobody answers does not hold the table for ever.
                 deadline: Some(now + self.request_wait()),
-                wait,
+                ..Conn::new(
+                    State::ReqRcvd,
+                    from,
+                    tid,
+                    wait,
+                    q.max_cm_retries.min(self.config.max_retries),
+                )
             },
         );
         self.by_remote.insert((from, q.local_comm_id), id);
@@ -660,21 +662,14 @@ impl Cm {
             return Err(Dropped::RefusedSidr(status));
         }
         let id = self.new_id();
+        let wait = cm_time(self.config.response_timeout);
         self.conns.insert(
             id,
             Conn {
-                state: State::SidrRcvd,
-                active: false,
-                remote_gid: from,
                 remote_comm_id: q.request_id,
-                local_qpn: 0,
-                remote_qpn: 0,
                 service_id: q.service_id,
-                tid,
-                last: None,
-                retries_left: 0,
                 deadline: Some(now + self.request_wait()),
-                wait: cm_time(self.config.response_timeout),
+                ..Conn::new(State::SidrRcvd, from, tid, wait, 0)
             },
         );
         self.by_remote.insert((from, q.request_id), id);
