@@ -213,6 +213,64 @@ fn duplicate_reads_share_one_stream() {
     assert_eq!(read_payload(&out).len(), len as usize);
 }
 
+/// rxe resends a READ whose responses it already holds but has not processed yet, then
+/// sends a new READ once it has: the responder then finds max_dest_rd_atomic resources in
+/// use, one of them replaying a retry nobody needs. The new READ takes that one's
+/// resource (the replay stops) instead of a fatal NAK; a new READ over the limit with no
+/// replay in use is still refused (fuzz seed `rc-read-too-many`).
+#[test]
+fn a_new_read_at_the_limit_takes_a_replays_resource() {
+    let (mut sim, _a, b, mr) = setup(64);
+    let max = u32::from(QpOpts::default().max_rd_atomic);
+    for k in 0..max {
+        let req = read_req(
+            &sim,
+            b,
+            RQ_PSN + k,
+            mr.addr + 64 * u64::from(k),
+            mr.rkey,
+            64,
+        );
+        sim.nodes[1].handle_packet(sim.now, &req);
+    }
+    assert_eq!(read_payload(&drain(&mut sim)).len(), 64 * max as usize);
+    // Every one retried: `max` replays in use, none sent yet.
+    for k in 0..max {
+        let req = read_req(
+            &sim,
+            b,
+            RQ_PSN + k,
+            mr.addr + 64 * u64::from(k),
+            mr.rkey,
+            64,
+        );
+        sim.nodes[1].handle_packet(sim.now, &req);
+    }
+    // A new READ of other bytes.
+    let new = read_req(&sim, b, RQ_PSN + max, mr.addr + 8192, mr.rkey, 64);
+    sim.nodes[1].handle_packet(sim.now, &new);
+    let out = drain(&mut sim);
+    assert_eq!(naks(&out, NakCode::InvalidRequest), 0, "{out:?}");
+    assert_eq!(sim.nodes[1].qp_state(b.qpn).unwrap(), QpState::Rts);
+    let reads: Vec<&Out> = out
+        .iter()
+        .filter(|o| o.0.operation() == Operation::RdmaReadResponse)
+        .collect();
+    assert_eq!(
+        reads.len(),
+        max as usize,
+        "max - 1 replays and the new READ"
+    );
+    let answer = reads
+        .iter()
+        .find(|o| o.1 == RQ_PSN + max)
+        .expect("the new READ answered");
+    let want: Vec<u8> = (8192..8192 + 64u32)
+        .map(|i| (i * 7 + i / 251) as u8)
+        .collect();
+    assert_eq!(answer.3, want);
+}
+
 #[test]
 fn dma_length_over_2_gib_is_an_invalid_request() {
     for (op, payload) in [

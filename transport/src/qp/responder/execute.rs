@@ -249,14 +249,30 @@ impl Qp {
         Ok(())
     }
 
+    /// A new READ or atomic needs a resource: more than max_dest_rd_atomic at once is an
+    /// invalid request, unless one of those in use only replays a retry (then that stops).
+    fn room_for_rd_atomic(&mut self) -> Result<(), Refuse> {
+        if self.resp.active_reads() < usize::from(self.attr.max_dest_rd_atomic) {
+            return Ok(());
+        }
+        if self.resp.cancel_a_replay() {
+            tracing::debug!(qpn = self.qpn, "a new READ/atomic took a replay's resource");
+            return Ok(());
+        }
+        tracing::debug!(
+            qpn = self.qpn,
+            max = self.attr.max_dest_rd_atomic,
+            "READ/atomic over max_dest_rd_atomic"
+        );
+        Err(INVALID_REQUEST)
+    }
+
     /// RDMA READ request: checks it, keeps it as a resource and queues its responses
     /// (sent by `responder_tx`); the expected PSN skips one per response packet.
     fn execute_read(&mut self, ctx: &mut Ctx<'_>, rx: &Rx<'_>) -> Result<(), Refuse> {
         self.qp_allows(Access::REMOTE_READ)?;
         let reth = rx.ext.reth.ok_or(INVALID_REQUEST)?;
-        if self.resp.active_reads() >= usize::from(self.attr.max_dest_rd_atomic) {
-            return Err(INVALID_REQUEST);
-        }
+        self.room_for_rd_atomic()?;
         if reth.dma_len > MAX_DMA_LEN {
             // C9-?: messages are at most 2^31 bytes; also keeps the response count
             // (at most 2^23 at MTU 256) inside the PSN space.
@@ -280,6 +296,7 @@ impl Qp {
             cur_len: reth.dma_len,
             next: 0,
             pending: true,
+            replay: false,
             age,
         });
         self.push_resp(ctx, RespOut::Read { res: slot });
@@ -294,9 +311,7 @@ impl Qp {
     fn execute_atomic(&mut self, ctx: &mut Ctx<'_>, rx: &Rx<'_>) -> Result<(), Refuse> {
         self.qp_allows(Access::REMOTE_ATOMIC)?;
         let a = rx.ext.atomic_eth.ok_or(INVALID_REQUEST)?;
-        if self.resp.active_reads() >= usize::from(self.attr.max_dest_rd_atomic) {
-            return Err(INVALID_REQUEST);
-        }
+        self.room_for_rd_atomic()?;
         if a.va % 8 != 0 {
             return Err(INVALID_REQUEST);
         }

@@ -100,6 +100,32 @@ impl Responder {
             .count()
     }
 
+    /// Stops one replay still being sent, so that a new READ or atomic can have its
+    /// resource: true if there was one. A requester sends a new request only when it
+    /// counts fewer than max_dest_rd_atomic outstanding, so a new request that finds
+    /// them all in use means one of them answers a retry the requester no longer needs
+    /// (rxe resends a READ whose responses it has but not yet processed); if it does
+    /// need it, it retries again.
+    fn cancel_a_replay(&mut self) -> bool {
+        let Some(i) = self.res.iter().position(|r| {
+            matches!(
+                r,
+                Resource::Read(ReadRes {
+                    pending: true,
+                    replay: true,
+                    ..
+                })
+            )
+        }) else {
+            return false;
+        };
+        if let Resource::Read(r) = &mut self.res[i] {
+            r.pending = false;
+        }
+        self.out.retain(|o| *o != RespOut::Read { res: i });
+        true
+    }
+
     /// A free resource slot, else the oldest one not being sent.
     fn free_resource(&mut self) -> usize {
         let mut best: Option<(usize, u64)> = None;
@@ -167,6 +193,8 @@ struct ReadRes {
     next: u32,
     /// Responses remain to be sent.
     pending: bool,
+    /// The stream answers a duplicate (a retry), not the original request.
+    replay: bool,
     age: u64,
 }
 
@@ -393,6 +421,7 @@ impl Qp {
             r.cur_len = reth.dma_len;
             r.next = 0;
             r.pending = true;
+            r.replay = true;
         }
         if !self.resp.out.contains(&RespOut::Read { res: i }) {
             self.push_resp(ctx, RespOut::Read { res: i });
