@@ -385,6 +385,20 @@ impl ConnectionManager {
         private_data: &[u8],
         timeout: Duration,
     ) -> Result<Connection, CmFailure> {
+        let conn = self.begin_accept_rc(request, qp, private_data)?;
+        self.wait_established(conn.id, timeout)?;
+        Ok(conn)
+    }
+
+    /// [`ConnectionManager::accept_rc`] without the wait: `qp` is in RTS and the REP on
+    /// its way when this returns (what rdma_accept does); the RTU is
+    /// [`ConnectionManager::wait_established`]'s.
+    pub fn begin_accept_rc(
+        &self,
+        request: &Request,
+        qp: &QueuePair,
+        private_data: &[u8],
+    ) -> Result<Connection, CmFailure> {
         let ctx = &self.inner.ctx;
         let (sgid_index, _) = source_for(ctx, request.from)?;
         let q = &request.req;
@@ -419,10 +433,6 @@ impl ConnectionManager {
         rep.private_data[..private_data.len()].copy_from_slice(private_data);
         let id = request.id;
         self.inner.with_cm(|cm, now| cm.accept(now, id, rep))?;
-        match self.inner.next_event(id, timeout) {
-            Some(CmEvent::Established { .. }) => {}
-            other => return Err(self.failed(id, other)),
-        }
         let skip = if request.ip.is_some() {
             rdma_cm::LEN
         } else {
@@ -434,6 +444,28 @@ impl ConnectionManager {
             remote_qpn: q.local_qpn,
             private_data: q.private_data[skip..].to_vec(),
         })
+    }
+
+    /// Waits for the RTU of an accepted connection (or for the first packet on its QP,
+    /// which the CM hears of as the same).
+    pub fn wait_established(&self, id: CommId, timeout: Duration) -> Result<(), CmFailure> {
+        match self.inner.next_event(id, timeout) {
+            Some(CmEvent::Established { .. }) => Ok(()),
+            other => Err(self.failed(id, other)),
+        }
+    }
+
+    /// Stops taking connection requests for `port` (TCP port space); requests already
+    /// queued for it are refused.
+    pub fn unlisten(&self, port: u16) {
+        self.inner
+            .unlisten(rdma_cm::service_id(PortSpace::TCP, port));
+    }
+
+    /// Stops taking UD service requests for `port` (UDP port space).
+    pub fn unlisten_ud(&self, port: u16) {
+        self.inner
+            .unlisten(rdma_cm::service_id(PortSpace::UDP, port));
     }
 
     /// Takes UD service requests (SIDR) for `port` in rdma_cm's UDP port space (what
@@ -503,6 +535,18 @@ impl ConnectionManager {
         }
     }
 
+    /// Finds `remote`'s link-layer address (ARP or neighbour discovery), as rdma_cm's
+    /// address resolution does before anything is sent to a peer: an error when nothing
+    /// answers within `timeout`.
+    pub fn resolve_neighbor(&self, remote: IpAddr, timeout: Duration) -> Result<(), Error> {
+        self.inner
+            .ctx
+            .shared()
+            .resolve(remote, timeout)
+            .map(|_| ())
+            .map_err(Error::Resolve)
+    }
+
     /// The address vector to reach `remote` from this device: from the local GID of its
     /// family (IPv4-mapped for IPv4, link-local for a link-local peer), as rdma_cm picks
     /// its source. For a UD peer found with [`ConnectionManager::resolve_ud`], or one
@@ -513,6 +557,22 @@ impl ConnectionManager {
             sgid_index: sgid_index as u8,
             ..AddressVector::new(remote)
         })
+    }
+
+    /// Refuses a request as one for a service nobody here listens on (REJ reason 8), as
+    /// when its listener went away before taking it.
+    pub fn refuse_unserved(&self, request: &Request) -> Result<(), CmFailure> {
+        self.inner
+            .with_cm(|cm, _| cm.reject(request.id, RejReason::INVALID_SERVICE_ID, &[]))?;
+        Ok(())
+    }
+
+    /// Refuses a UD service request (rdma_reject on a UD ID): a SIDR REP with status
+    /// REJECT.
+    pub fn reject_ud(&self, request: &UdRequest) -> Result<(), CmFailure> {
+        self.inner
+            .with_cm(|cm, now| cm.sidr_reply(now, request.id, SidrStatus::REJECT, 0, 0))?;
+        Ok(())
     }
 
     /// Refuses a request (rdma_reject).
@@ -526,6 +586,16 @@ impl ConnectionManager {
     /// waits up to `timeout` for the peer's answer. Move the QP to error first, so that
     /// what it still holds completes with a flush.
     pub fn disconnect(&self, id: CommId, timeout: Duration) -> Result<(), CmFailure> {
+        if self.begin_disconnect(id)? {
+            return Ok(()); // the DREP answered the peer's DREQ
+        }
+        self.wait_disconnected(id, timeout)
+    }
+
+    /// [`ConnectionManager::disconnect`] without the wait (what rdma_disconnect does):
+    /// the DREQ, or the DREP to the peer's DREQ, is queued on QP1 when this returns.
+    /// True when it was the DREP: the connection is over.
+    pub fn begin_disconnect(&self, id: CommId) -> Result<bool, CmFailure> {
         let asked = self.inner.wait(Duration::ZERO, |s| {
             let q = s.events.get_mut(&id)?;
             let i = q
@@ -534,9 +604,11 @@ impl ConnectionManager {
             q.remove(i)
         });
         self.inner.with_cm(|cm, now| cm.disconnect(now, id))?;
-        if asked.is_some() {
-            return Ok(()); // the DREP answered the peer's DREQ
-        }
+        Ok(asked.is_some())
+    }
+
+    /// Waits for the DREP to [`ConnectionManager::begin_disconnect`]'s DREQ.
+    pub fn wait_disconnected(&self, id: CommId, timeout: Duration) -> Result<(), CmFailure> {
         match self.inner.next_event(id, timeout) {
             Some(CmEvent::Disconnected { .. }) => Ok(()),
             // Both sides asked at once: answer it, and it is over.
@@ -621,6 +693,25 @@ impl Inner {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
+    }
+
+    /// Stops listening on `sid` and refuses what is queued for it.
+    fn unlisten(&self, sid: u64) {
+        let now = self.now();
+        let mut s = relock(&self.state);
+        s.cm.unlisten(sid);
+        for ev in s.requests.remove(&sid).unwrap_or_default() {
+            match ev {
+                CmEvent::ConnectRequest { id, .. } => {
+                    let _ = s.cm.reject(id, RejReason::INVALID_SERVICE_ID, &[]);
+                }
+                CmEvent::SidrRequest { id, .. } => {
+                    let _ = s.cm.sidr_reply(now, id, SidrStatus::REJECT, 0, 0);
+                }
+                _ => {}
+            }
+        }
+        self.settle(&mut s);
     }
 
     /// The next request (connect or SIDR) for service `sid`.

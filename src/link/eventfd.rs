@@ -59,6 +59,14 @@ impl EventFd {
         }
     }
 
+    /// Takes one wake-up if there is one, without blocking even on a blocking descriptor.
+    pub fn try_take(&self) -> io::Result<bool> {
+        if poll_readable(&[self.fd.as_raw_fd()], Some(std::time::Duration::ZERO))? == 0 {
+            return Ok(false);
+        }
+        self.take().map(|_| true)
+    }
+
     /// Resets the counter so the next poll blocks again.
     pub fn drain(&self) {
         let mut v: u64 = 0;
