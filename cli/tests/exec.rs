@@ -67,8 +67,8 @@ fn one_line_failure(o: &Output) -> (i32, String) {
 }
 
 /// Prints LD_LIBRARY_PATH, then where the first entry's libibverbs.so.1 leads (the symlink
-/// itself, then the file at its end).
-const SHOW: &str = r#"echo "$LD_LIBRARY_PATH"; d=${LD_LIBRARY_PATH%%:*}; readlink "$d/libibverbs.so.1" || echo "(not a symlink)"; readlink -e "$d/libibverbs.so.1" || echo "(missing)""#;
+/// itself, then the file at its end), then the same for its librdmacm.so.1.
+const SHOW: &str = r#"echo "$LD_LIBRARY_PATH"; d=${LD_LIBRARY_PATH%%:*}; for l in libibverbs.so.1 librdmacm.so.1; do readlink "$d/$l" || echo "(not a symlink)"; readlink -e "$d/$l" || echo "(missing)"; done"#;
 
 #[test]
 fn cargo_layout_private_dir_first_with_a_symlink_to_the_built_library() {
@@ -85,10 +85,13 @@ fn cargo_layout_private_dir_first_with_a_symlink_to_the_built_library() {
             Some(o) if !o.is_empty() => format!("{}:{o}", private.display()),
             _ => private.display().to_string(),
         };
+        // Both names lead to the one library (the loader then loads it once).
         assert_eq!(
             lines,
             [
                 expect_path.as_str(),
+                "../libibverbs.so",
+                real.to_str().unwrap(),
                 "../libibverbs.so",
                 real.to_str().unwrap()
             ]
@@ -110,13 +113,17 @@ fn installed_layout_uses_lib_ferroce() {
     std::fs::create_dir_all(t.join("lib/ferroce")).unwrap();
     let f = ferroce_in(&t.join("bin"));
     std::fs::write(t.join("lib/ferroce/libibverbs.so.1"), b"lib").unwrap();
+    // An installed librdmacm.so.1 is a symlink to the same library.
+    std::os::unix::fs::symlink("libibverbs.so.1", t.join("lib/ferroce/librdmacm.so.1")).unwrap();
     let out = stdout(&output(exec(&f, None, Some("/old"), &["sh", "-c", SHOW])));
-    let lib = t.join("lib/ferroce");
+    let lib = std::fs::canonicalize(t.join("lib/ferroce")).unwrap();
     assert_eq!(
         out.lines().collect::<Vec<_>>(),
         [
-            format!("{}:/old", lib.display()),
+            format!("{}:/old", t.join("lib/ferroce").display()),
             "(not a symlink)".to_string(),
+            lib.join("libibverbs.so.1").display().to_string(),
+            "libibverbs.so.1".to_string(),
             lib.join("libibverbs.so.1").display().to_string()
         ]
     );

@@ -35,7 +35,7 @@ fn copy_str(dst: &mut [c_char], s: &str) {
 }
 
 /// The `ibv_device` for `d`, made on first sight.
-fn device_for(d: &Device) -> *mut ibv_device {
+pub(crate) fn device_for(d: &Device) -> *mut ibv_device {
     let mut all = DEVICES.lock().unwrap_or_else(PoisonError::into_inner);
     let found = all.iter_mut().find(|x| name_of(&x.ibv) == d.name());
     let dev = match found {
@@ -87,6 +87,7 @@ pub(crate) fn device_name(d: &Dev) -> String {
 #[export_name = "__ferroce_ibv_get_device_list"]
 pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device {
     catch("ibv_get_device_list", std::ptr::null_mut(), || {
+        crate::log::init();
         let devs: Vec<*mut ibv_device> = Device::list().iter().map(device_for).collect();
         // The caller frees the array with ibv_free_device_list: malloc'd, NULL-terminated.
         let size = std::mem::size_of::<*mut ibv_device>() * (devs.len() + 1);

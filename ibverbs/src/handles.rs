@@ -17,6 +17,9 @@ pub(crate) enum Kind {
     Qp,
     Srq,
     Ah,
+    CmChannel,
+    CmId,
+    CmEvent,
 }
 
 /// C address → kind of every object alive.

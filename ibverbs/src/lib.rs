@@ -1,4 +1,4 @@
-//! `libibverbs.so.1` on ferroce: the C ABI of rdma-core's libibverbs, so that unmodified
+//! `libibverbs.so.1` (and `librdmacm.so.1`, [`rdmacm`]) on ferroce: the C ABI of rdma-core's libibverbs, so that unmodified
 //! RDMA programs (perftest, rdma-core's examples and tests, UCX, MPI) run on ferroce's
 //! user-space RoCE v2 stack with no RDMA NIC and no kernel RDMA module.
 //!
@@ -21,6 +21,7 @@ pub mod ffi;
 mod guard;
 mod handles;
 mod hint;
+mod log;
 mod mr;
 mod mw;
 mod open;
@@ -30,6 +31,7 @@ mod post;
 mod qp;
 mod qp_ex;
 mod query;
+mod rdmacm;
 mod srq;
 mod strings;
 mod stubs;

@@ -25,7 +25,9 @@ use crate::srq::srq_of;
 pub(crate) struct Qp {
     /// An `ibv_qp_ex`, which begins with the `ibv_qp`: C's `ibv_qp *` points at it.
     pub ibv: ibv_qp_ex,
-    pub inner: QueuePair,
+    /// Shared with a connect or accept of rdma_cm under way, which may outlive
+    /// ibv_destroy_qp by its wait (the QP goes when both are done).
+    pub inner: std::sync::Arc<QueuePair>,
     /// The creation attributes, for ibv_query_qp.
     pub init: ibv_qp_init_attr,
     /// Where inline data is gathered before posting: the bytes of an inline send need
@@ -223,7 +225,7 @@ pub(crate) fn create(
     let qpn = inner.qpn();
     let qp = Qp {
         ibv,
-        inner,
+        inner: std::sync::Arc::new(inner),
         init: *init,
         inline,
         extended,

@@ -28,3 +28,15 @@ pub fn debian_library() -> PathBuf {
     );
     p
 }
+
+/// The librdmacm.so.1 Debian's librdmacm1 package installs.
+#[allow(dead_code)] // not every test binary that includes this module uses it
+pub fn debian_rdmacm() -> PathBuf {
+    let p = PathBuf::from("/usr/lib/x86_64-linux-gnu/librdmacm.so.1");
+    assert!(
+        p.exists(),
+        "{} is missing: install Debian's librdmacm1 (scripts/test.sh does)",
+        p.display()
+    );
+    p
+}

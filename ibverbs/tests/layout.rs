@@ -1,10 +1,11 @@
-//! The Rust view of `<infiniband/verbs.h>` (bindgen's, committed) against gcc's view of
-//! the installed header: sizes and field offsets of every struct a program hands to, or
+//! The Rust view of `<infiniband/verbs.h>` and `<rdma/rdma_cma.h>` (bindgen's, committed)
+//! against gcc's view of the installed headers: sizes and field offsets of every struct a program hands to, or
 //! gets from, ferroce. A header that changed under a committed binding fails here.
 
 use std::mem::{offset_of, size_of};
 use std::process::Command;
 
+use ibverbs::ffi::cma_h::*;
 use ibverbs::ffi::*;
 
 macro_rules! layouts {
@@ -47,13 +48,21 @@ fn rust_layouts() -> Vec<Layout> {
         ibv_wc { wr_id, status, opcode, vendor_err, byte_len, qp_num, src_qp, wc_flags, pkey_index, slid, sl, dlid_path_bits }
         ibv_grh { version_tclass_flow, paylen, next_hdr, hop_limit, sgid, dgid }
         ibv_async_event { element, event_type }
+        rdma_event_channel { fd }
+        rdma_cm_id { verbs, channel, context, qp, route, ps, port_num, event, send_cq_channel, send_cq, recv_cq_channel, recv_cq, srq, pd, qp_type }
+        rdma_route { addr, path_rec, num_paths }
+        rdma_ib_addr { sgid, dgid, pkey }
+        rdma_conn_param { private_data, private_data_len, responder_resources, initiator_depth, flow_control, retry_count, rnr_retry_count, srq, qp_num }
+        rdma_ud_param { private_data, private_data_len, ah_attr, qp_num, qkey }
+        rdma_cm_event { id, listen_id, event, status, param }
+        rdma_addrinfo { ai_flags, ai_family, ai_qp_type, ai_port_space, ai_src_len, ai_dst_len, ai_src_addr, ai_dst_addr, ai_src_canonname, ai_dst_canonname, ai_route_len, ai_route, ai_connect_len, ai_connect, ai_next }
     }
 }
 
 /// The same sizes and offsets as gcc computes them from the installed header.
 fn c_layouts(layouts: &[Layout]) -> String {
     let mut src = String::from(
-        "#include <stdio.h>\n#include <stddef.h>\n#include <infiniband/verbs.h>\nint main(void) {\n",
+        "#include <stdio.h>\n#include <stddef.h>\n#include <infiniband/verbs.h>\n#include <rdma/rdma_cma.h>\nint main(void) {\n",
     );
     for (ty, _, fields) in layouts {
         src += &format!("printf(\"{ty} %zu\\n\", sizeof(struct {ty}));\n");
@@ -74,7 +83,7 @@ fn c_layouts(layouts: &[Layout]) -> String {
         .expect("gcc runs");
     assert!(
         cc.status.success(),
-        "gcc could not build the layout probe (is libibverbs-dev installed?): {}",
+        "gcc could not build the layout probe (are libibverbs-dev and librdmacm-dev installed?): {}",
         String::from_utf8_lossy(&cc.stderr)
     );
     let out = Command::new(&exe).output().expect("the probe runs");

@@ -19,21 +19,26 @@ use super::CliError;
 
 /// The name programs linked against rdma-core's libibverbs look for.
 const SONAME: &str = "libibverbs.so.1";
+/// The name programs linked against rdma-core's librdmacm look for: the same library.
+const RDMACM_SONAME: &str = "librdmacm.so.1";
 /// What cargo calls the ibverbs crate's cdylib in `target/<profile>/`.
 const BUILT: &str = "libibverbs.so";
-/// The directory beside a cargo-built `ferroce` that holds `libibverbs.so.1 -> ../libibverbs.so`.
+/// The directory beside a cargo-built `ferroce` that holds `libibverbs.so.1` and
+/// `librdmacm.so.1`, both `-> ../libibverbs.so`.
 const PRIVATE_DIR: &str = "ferroce-lib";
 
 /// `ferroce exec --help`, after the arguments.
 pub const HELP: &str = "\
 Runs PROGRAM in place of ferroce (same process: its exit status and signals are the
-program's own) with ferroce's libibverbs.so.1 first on LD_LIBRARY_PATH, so that programs
-built against rdma-core's libibverbs (ibv_devices, ibv_devinfo, ibv_rc_pingpong, perftest's
-ib_write_bw, ...) run on ferroce, with no RDMA NIC or kernel RDMA module.
+program's own) with ferroce's libibverbs.so.1 and librdmacm.so.1 first on LD_LIBRARY_PATH,
+so that programs built against rdma-core's libibverbs and librdmacm (ibv_devices,
+ibv_rc_pingpong, perftest's ib_write_bw, rping, ucmatose, ...) run on ferroce, with no RDMA
+NIC or kernel RDMA module.
 
   ferroce exec -- ibv_devices
   ferroce exec -- ib_write_bw -d eth0 -x 1                (server)
   ferroce exec -- ib_write_bw -d eth0 -x 1 10.0.0.1       (client)
+  ferroce exec -- rping -s -a 10.0.0.1 -v                 (rdma_cm: server)
 
 Devices: one per Ethernet interface with an address, named after the interface, as
 `ferroce devices` lists them (-d IFACE). GID indexes (-g, -x): `ferroce devinfo -v`; an
@@ -41,8 +46,9 @@ interface's IPv4 address is at index 1 when it also has an IPv6 link-local addre
 
 The library: the directory $FERROCE_LIBDIR when set (it must hold libibverbs.so.1); else
 libibverbs.so next to the ferroce executable (cargo's target/release or target/debug), shown
-to the program as libibverbs.so.1 through the symlink ferroce-lib/libibverbs.so.1 beside it;
-else ../lib/ferroce/libibverbs.so.1 relative to the executable (an installed layout).
+to the program as libibverbs.so.1 and librdmacm.so.1 through symlinks in ferroce-lib/ beside
+it; else ../lib/ferroce/libibverbs.so.1 relative to the executable (an installed layout, with
+librdmacm.so.1 a symlink to it there).
 
 Privileges: ferroce needs CAP_NET_RAW. As root nothing is needed. Otherwise give it to the
 ferroce binary once, `sudo setcap cap_net_raw+p $(which ferroce)` (again after each
@@ -153,38 +159,41 @@ pub fn library_dir(libdir: Option<OsString>, exe: &Path) -> Result<PathBuf, CliE
     .into())
 }
 
-/// `bin/ferroce-lib/`, holding the symlink `libibverbs.so.1 -> ../libibverbs.so`: made when
-/// missing or wrong, atomically (a new symlink renamed over the old one), so that programs
-/// started at the same time never see it half made.
+/// `bin/ferroce-lib/`, holding the symlinks `libibverbs.so.1` and `librdmacm.so.1`, both
+/// `-> ../libibverbs.so` (one library serves as both, and the loader, seeing one file,
+/// loads it once): made when missing or wrong, atomically (a new symlink renamed over the
+/// old one), so that programs started at the same time never see one half made.
 fn private_dir(bin: &Path) -> Result<PathBuf, CliError> {
     let dir = bin.join(PRIVATE_DIR);
-    let link = dir.join(SONAME);
     let target = Path::new("..").join(BUILT);
-    if std::fs::read_link(&link).is_ok_and(|t| t == target) {
-        return Ok(dir);
+    for name in [SONAME, RDMACM_SONAME] {
+        let link = dir.join(name);
+        if std::fs::read_link(&link).is_ok_and(|t| t == target) {
+            continue;
+        }
+        let fail = |e: std::io::Error| -> CliError {
+            format!(
+                "exec: cannot make {} -> {}: {e}: run `ferroce exec` once as the owner of {}, \
+                 or set FERROCE_LIBDIR to a directory holding {SONAME}",
+                link.display(),
+                target.display(),
+                bin.display()
+            )
+            .into()
+        };
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(fail(e)),
+        }
+        let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp); // left by a process of the same id that died here
+        std::os::unix::fs::symlink(&target, &tmp).map_err(fail)?;
+        std::fs::rename(&tmp, &link).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            fail(e)
+        })?;
     }
-    let fail = |e: std::io::Error| -> CliError {
-        format!(
-            "exec: cannot make {} -> {}: {e}: run `ferroce exec` once as the owner of {}, \
-             or set FERROCE_LIBDIR to a directory holding {SONAME}",
-            link.display(),
-            target.display(),
-            bin.display()
-        )
-        .into()
-    };
-    match std::fs::create_dir(&dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(fail(e)),
-    }
-    let tmp = dir.join(format!(".{SONAME}.{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp); // left by a process of the same id that died here
-    std::os::unix::fs::symlink(&target, &tmp).map_err(fail)?;
-    std::fs::rename(&tmp, &link).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        fail(e)
-    })?;
     Ok(dir)
 }
 

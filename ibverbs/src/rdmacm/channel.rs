@@ -1,0 +1,197 @@
+//! Event channels and events: `rdma_create_event_channel`, `rdma_get_cm_event`,
+//! `rdma_ack_cm_event`, `rdma_destroy_event_channel`.
+//!
+//! A channel's `fd` is a semaphore eventfd with one count per waiting event: it is
+//! readable exactly while `rdma_get_cm_event` has something to return, blocks that call
+//! while it has not, and a program that sets O_NONBLOCK on it gets EAGAIN instead.
+
+use std::collections::VecDeque;
+use std::ffi::c_int;
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use ferroce::link::eventfd::EventFd;
+
+use crate::ffi::cma_h::*;
+use crate::guard::{catch, null_with, set_errno};
+use crate::handles::{self, Kind};
+
+/// An event as C sees it, and the private data its `param` points into.
+#[repr(C)]
+pub(crate) struct Event {
+    /// Must come first: C's `rdma_cm_event *` points at it.
+    pub c: rdma_cm_event,
+    pub private: Vec<u8>,
+}
+
+// SAFETY: the raw pointers inside are C handles (IDs) and a pointer into `private`,
+// which moves with the event; nothing in Rust dereferences the handles.
+unsafe impl Send for Event {}
+
+impl Event {
+    /// An event of `kind` about `id` (a C `rdma_cm_id *`).
+    pub(crate) fn new(kind: rdma_cm_event_type, id: usize, status: c_int) -> Event {
+        // SAFETY: plain C data (pointers, integers, unions of them); zero is valid.
+        let mut c: rdma_cm_event = unsafe { std::mem::zeroed() };
+        c.event = kind;
+        c.id = id as *mut rdma_cm_id;
+        c.status = status;
+        Event {
+            c,
+            private: Vec::new(),
+        }
+    }
+}
+
+/// The events of one channel.
+pub(crate) struct Events {
+    fd: EventFd,
+    queue: Mutex<VecDeque<Box<Event>>>,
+}
+
+impl Events {
+    pub(crate) fn new() -> std::io::Result<Events> {
+        Ok(Events {
+            fd: EventFd::semaphore()?,
+            queue: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    /// Queues `e` (its private data pointer set here, where it stops moving).
+    pub(crate) fn post(&self, mut e: Box<Event>) {
+        if !e.private.is_empty() {
+            let len = e.private.len().min(u8::MAX as usize) as u8;
+            let ptr = e.private.as_ptr().cast();
+            let param = &raw mut e.c.param as *mut rdma_conn_param;
+            // SAFETY: both union members begin with `private_data` and
+            // `private_data_len` at the same offsets; `param` points into `e`.
+            unsafe {
+                (*param).private_data = ptr;
+                (*param).private_data_len = len;
+            }
+        }
+        tracing::debug!(event = e.c.event, status = e.c.status, "rdma_cm event");
+        self.queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push_back(e);
+        self.fd.wake();
+    }
+
+    /// Blocks (unless the program made the fd non-blocking) for the next event.
+    fn next(&self) -> Result<Box<Event>, c_int> {
+        loop {
+            self.fd
+                .take()
+                .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+            let e = self
+                .queue
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pop_front();
+            // None: `forget` took this count's event away meanwhile; wait for the next.
+            if let Some(e) = e {
+                return Ok(e);
+            }
+        }
+    }
+
+    /// Takes back the events of `id` not yet read (the ID is going away).
+    pub(crate) fn forget(&self, id: usize) {
+        let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = q.len();
+        q.retain(|e| e.c.id as usize != id);
+        for _ in q.len()..before {
+            // One count per event taken away; the queue lock keeps readers out.
+            let _ = self.fd.try_take();
+        }
+    }
+}
+
+/// A channel as C sees it.
+#[repr(C)]
+pub(crate) struct Channel {
+    /// Must come first: C's `rdma_event_channel *` points at it.
+    pub c: rdma_event_channel,
+    pub events: Arc<Events>,
+}
+
+/// The channel behind `p`, if live.
+pub(crate) fn channel_of(p: *const rdma_event_channel) -> Option<&'static Channel> {
+    // SAFETY: live (checked), freed only by rdma_destroy_event_channel.
+    handles::get(p as *const Channel, Kind::CmChannel).map(|p| unsafe { &*p })
+}
+
+/// A new channel, live.
+pub(crate) fn create() -> Result<*mut Channel, c_int> {
+    crate::log::init();
+    let events = Arc::new(Events::new().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?);
+    let c = rdma_event_channel {
+        fd: events.fd.as_raw_fd(),
+    };
+    Ok(handles::insert(
+        Box::new(Channel { c, events }),
+        Kind::CmChannel,
+    ))
+}
+
+#[export_name = "__ferroce_rdma_create_event_channel"]
+pub unsafe extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
+    catch(
+        "rdma_create_event_channel",
+        std::ptr::null_mut(),
+        || match create() {
+            Ok(p) => p.cast(),
+            Err(e) => null_with(e),
+        },
+    )
+}
+
+#[export_name = "__ferroce_rdma_destroy_event_channel"]
+pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_channel) {
+    catch("rdma_destroy_event_channel", (), || {
+        drop(handles::remove(channel as *mut Channel, Kind::CmChannel));
+    })
+}
+
+#[export_name = "__ferroce_rdma_get_cm_event"]
+pub unsafe extern "C" fn rdma_get_cm_event(
+    channel: *mut rdma_event_channel,
+    event: *mut *mut rdma_cm_event,
+) -> c_int {
+    catch("rdma_get_cm_event", -1, || {
+        let Some(ch) = channel_of(channel) else {
+            set_errno(libc::EINVAL);
+            return -1;
+        };
+        if event.is_null() {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        match ch.events.next() {
+            Ok(e) => {
+                let p = handles::insert(e, Kind::CmEvent);
+                // SAFETY: `event` is non-NULL, and the caller's to write (the API's contract).
+                unsafe { *event = p.cast() };
+                0
+            }
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
+        }
+    })
+}
+
+#[export_name = "__ferroce_rdma_ack_cm_event"]
+pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
+    catch("rdma_ack_cm_event", -1, || {
+        match handles::remove(event as *mut Event, Kind::CmEvent) {
+            Some(_) => 0,
+            None => {
+                set_errno(libc::EINVAL);
+                -1
+            }
+        }
+    })
+}

@@ -1,0 +1,70 @@
+//! The devices rdma_cm IDs bind to: each opened once per process, with its connection
+//! manager (QP1), on first use. They stay open until the process ends, as rdma_cm keeps
+//! its device contexts.
+
+use std::ffi::c_int;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use ferroce::cm::ConnectionManager;
+use ferroce::net::gid::gid_of;
+use ferroce::verbs::Device;
+
+use crate::context::ctx_of;
+use crate::device::device_for;
+use crate::ffi::ibv_context;
+use crate::guard::errno_of;
+
+/// An open device and its connection manager.
+pub(crate) struct CmDevice {
+    pub name: String,
+    /// The `ibv_context *` programs see as `cm_id->verbs`.
+    ctx: usize,
+    pub cm: ConnectionManager,
+}
+
+impl CmDevice {
+    pub(crate) fn verbs(&self) -> *mut ibv_context {
+        self.ctx as *mut ibv_context
+    }
+}
+
+static OPEN: Mutex<Vec<Arc<CmDevice>>> = Mutex::new(Vec::new());
+
+/// The device named `name`, opened (with its CM) on first use.
+fn open(d: &Device) -> Result<Arc<CmDevice>, c_int> {
+    let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(o) = open.iter().find(|o| o.name == d.name()) {
+        return Ok(o.clone());
+    }
+    // SAFETY: `device_for` gives a live `ibv_device` of this library (never freed).
+    let verbs = unsafe { crate::open::ibv_open_device(device_for(d)) };
+    let c = ctx_of(verbs).ok_or_else(|| {
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::ENODEV)
+    })?;
+    let cm = ConnectionManager::open(&c.inner).map_err(|e| errno_of(&e))?;
+    let o = Arc::new(CmDevice {
+        name: d.name().to_string(),
+        ctx: verbs as usize,
+        cm,
+    });
+    open.push(o.clone());
+    Ok(o)
+}
+
+/// The device that holds address `ip` (ENODEV: none does).
+pub(crate) fn with_address(ip: IpAddr) -> Result<Arc<CmDevice>, c_int> {
+    let gid = gid_of(ip);
+    let d = Device::list()
+        .into_iter()
+        .find(|d| d.gids().index_of(gid).is_some())
+        .ok_or(libc::ENODEV)?;
+    open(&d)
+}
+
+/// Every device (a wildcard listen): those that open.
+pub(crate) fn all() -> Vec<Arc<CmDevice>> {
+    Device::list().iter().filter_map(|d| open(d).ok()).collect()
+}

@@ -1,0 +1,276 @@
+//! rdma_cm IDs: `rdma_create_id`, `rdma_destroy_id`, and the state behind each.
+
+use std::ffi::{c_int, c_void};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use ferroce::cm::{Request, UdRequest};
+use ferroce_transport::cm::CommId;
+
+use super::channel::{self, channel_of, Event, Events};
+use super::devices::CmDevice;
+use crate::ffi::cma_h::*;
+use crate::ffi::*;
+use crate::guard::{catch, set_errno};
+use crate::handles::{self, Kind};
+
+/// An ID as C sees it.
+#[repr(C)]
+pub(crate) struct Id {
+    /// Must come first: C's `rdma_cm_id *` points at it. Written (under `Shared::st`)
+    /// by threads of this library while the program reads it.
+    pub c: std::cell::UnsafeCell<rdma_cm_id>,
+    pub shared: Arc<Shared>,
+}
+
+impl Id {
+    /// `cm_id->qp`.
+    pub(crate) fn qp(&self) -> *mut ibv_qp {
+        let mut st = self.shared.lock();
+        self.shared
+            .c(&mut st)
+            .map_or(std::ptr::null_mut(), |c| c.qp)
+    }
+}
+
+// SAFETY: the raw pointers inside are C handles, compared and handed back; the C struct
+// is written only under `Shared::st`.
+unsafe impl Send for Id {}
+// SAFETY: as above.
+unsafe impl Sync for Id {}
+
+/// What the ID's threads share with it.
+pub(crate) struct Shared {
+    /// The C `rdma_cm_id *`.
+    pub me: usize,
+    pub events: Arc<Events>,
+    /// The channel made for an ID created without one (rdma_cm's synchronous use).
+    pub own_channel: Option<usize>,
+    pub st: Mutex<St>,
+}
+
+/// A connection request a passive-side ID was made for, until accepted or rejected.
+pub(crate) enum Pending {
+    Rc(Request),
+    Ud(UdRequest),
+}
+
+/// An ID's state.
+pub(crate) struct St {
+    /// False once rdma_destroy_id began: no event is posted about it after that.
+    pub alive: bool,
+    pub ps: rdma_port_space,
+    pub src: Option<SocketAddr>,
+    pub dst: Option<SocketAddr>,
+    /// The device it is bound to (an address of it, or a connection through it).
+    pub dev: Option<Arc<CmDevice>>,
+    /// Where it listens (one device, or all for a wildcard address).
+    pub listening: Vec<Arc<CmDevice>>,
+    pub request: Option<Pending>,
+    /// The connection, once requested or accepted.
+    pub conn: Option<CommId>,
+    /// rdma_disconnect was called.
+    pub closing: bool,
+    /// RDMA_CM_EVENT_DISCONNECTED was posted.
+    pub disconnected: bool,
+    /// rdma_create_ep's PD and QP attributes for the QP of each request (a passive ID).
+    pub ep_qp: Option<EpQp>,
+}
+
+/// The QP attributes of `rdma_create_ep` for a passive ID's requests.
+#[derive(Clone, Copy)]
+pub(crate) struct EpQp {
+    pub pd: *mut ibv_pd,
+    pub attr: ibv_qp_init_attr,
+}
+
+// SAFETY: the pointers inside are C handles, handed back to ibv_create_qp, which checks
+// them; nothing dereferences them here.
+unsafe impl Send for EpQp {}
+
+fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, St> {
+        relock(&self.st)
+    }
+
+    /// Posts an event about this ID, unless it is being destroyed.
+    pub(crate) fn post(&self, e: Event) -> bool {
+        let st = self.lock();
+        self.post_locked(&st, e)
+    }
+
+    pub(crate) fn post_locked(&self, st: &St, e: Event) -> bool {
+        if !st.alive {
+            return false;
+        }
+        self.events.post(Box::new(e));
+        true
+    }
+
+    /// The C struct, to fill in, while the ID lives (`st` held is the proof).
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) fn c(&self, st: &mut St) -> Option<&mut rdma_cm_id> {
+        // SAFETY: `me` is the Id's C struct, freed only by rdma_destroy_id after it
+        // clears `alive` under the lock the caller holds.
+        st.alive
+            .then(|| unsafe { &mut *(self.me as *mut rdma_cm_id) })
+    }
+
+    /// Posts DISCONNECTED once, whoever ends the connection first.
+    pub(crate) fn post_disconnected(&self) {
+        let mut st = self.lock();
+        if st.disconnected {
+            return;
+        }
+        st.disconnected = true;
+        let e = Event::new(RDMA_CM_EVENT_DISCONNECTED, self.me, 0);
+        self.post_locked(&st, e);
+    }
+}
+
+/// The ID behind `p`, if live.
+pub(crate) fn id_of(p: *const rdma_cm_id) -> Option<&'static Id> {
+    // SAFETY: live (checked), freed only by rdma_destroy_id.
+    handles::get(p as *const Id, Kind::CmId).map(|p| unsafe { &*p })
+}
+
+/// A new live ID on `events`; `context` and `ps` as rdma_create_id takes them.
+pub(crate) fn create(
+    events: Arc<Events>,
+    channel: *mut rdma_event_channel,
+    own_channel: Option<usize>,
+    context: *mut c_void,
+    ps: rdma_port_space,
+) -> *mut Id {
+    // SAFETY: plain C data (pointers, integers, unions of them); zero is valid.
+    let mut c: rdma_cm_id = unsafe { std::mem::zeroed() };
+    c.channel = channel;
+    c.context = context;
+    c.ps = ps;
+    c.qp_type = if ps == RDMA_PS_UDP {
+        IBV_QPT_UD
+    } else {
+        IBV_QPT_RC
+    };
+    let shared = Arc::new(Shared {
+        me: 0,
+        events,
+        own_channel,
+        st: Mutex::new(St {
+            alive: true,
+            ps,
+            src: None,
+            dst: None,
+            dev: None,
+            listening: Vec::new(),
+            request: None,
+            conn: None,
+            closing: false,
+            disconnected: false,
+            ep_qp: None,
+        }),
+    });
+    let p = handles::insert(
+        Box::new(Id {
+            c: std::cell::UnsafeCell::new(c),
+            shared,
+        }),
+        Kind::CmId,
+    );
+    // SAFETY: just made live; nothing else has seen it yet.
+    let id = unsafe { &mut *p };
+    // `me` is set before any thread can see the Arc.
+    Arc::get_mut(&mut id.shared).expect("not shared yet").me = p as usize;
+    tracing::debug!(id = ?p, ps, "rdma_create_id");
+    p
+}
+
+#[export_name = "__ferroce_rdma_create_id"]
+pub unsafe extern "C" fn rdma_create_id(
+    channel: *mut rdma_event_channel,
+    id: *mut *mut rdma_cm_id,
+    context: *mut c_void,
+    ps: rdma_port_space,
+) -> c_int {
+    catch("rdma_create_id", -1, || {
+        if id.is_null() || (ps != RDMA_PS_TCP && ps != RDMA_PS_UDP) {
+            // RDMA_PS_IPOIB and RDMA_PS_IB (AF_IB addresses) need InfiniBand.
+            set_errno(if id.is_null() {
+                libc::EINVAL
+            } else {
+                libc::EPROTONOSUPPORT
+            });
+            return -1;
+        }
+        let (channel, own) = if channel.is_null() {
+            match channel::create() {
+                Ok(ch) => (ch.cast::<rdma_event_channel>(), Some(ch as usize)),
+                Err(e) => {
+                    set_errno(e);
+                    return -1;
+                }
+            }
+        } else {
+            (channel, None)
+        };
+        let Some(ch) = channel_of(channel) else {
+            set_errno(libc::EINVAL);
+            return -1;
+        };
+        let p = create(ch.events.clone(), channel, own, context, ps);
+        // SAFETY: `id` is non-NULL and the caller's to write.
+        unsafe { *id = p.cast() };
+        0
+    })
+}
+
+#[export_name = "__ferroce_rdma_destroy_id"]
+pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
+    catch("rdma_destroy_id", -1, || {
+        let Some(b) = handles::remove(id as *mut Id, Kind::CmId) else {
+            tracing::debug!(?id, "rdma_destroy_id: not a live ID");
+            set_errno(libc::EINVAL);
+            return -1;
+        };
+        tracing::debug!(?id, "rdma_destroy_id");
+        let sh = b.shared.clone();
+        let mut st = sh.lock();
+        st.alive = false;
+        let port = st.src.map_or(0, |a| a.port());
+        let ud = st.ps == RDMA_PS_UDP;
+        for d in st.listening.drain(..) {
+            super::conn::stop_listening(d, ud, port);
+        }
+        let dev = st.dev.clone();
+        match (st.request.take(), &dev) {
+            (Some(Pending::Rc(r)), Some(d)) if st.conn.is_none() => {
+                let _ = d.cm.reject(&r, &[]);
+            }
+            (Some(Pending::Ud(r)), Some(d)) => {
+                let _ = d.cm.reject_ud(&r);
+            }
+            _ => {}
+        }
+        if let (Some(conn), Some(d), false) = (st.conn, dev, st.closing || st.disconnected) {
+            // Destroyed while connected: the peer hears a DREQ, as from rdma_cm.
+            std::thread::spawn(move || {
+                let _ = d.cm.disconnect(conn, Duration::from_secs(2));
+            });
+        }
+        drop(st);
+        sh.events.forget(sh.me);
+        if let Some(ch) = sh.own_channel {
+            drop(handles::remove(
+                ch as *mut channel::Channel,
+                Kind::CmChannel,
+            ));
+        }
+        drop(b);
+        0
+    })
+}

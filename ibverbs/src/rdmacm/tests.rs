@@ -1,0 +1,196 @@
+//! rdma_cm's C ABI called as a C program would, a hostile one included: NULL, foreign and
+//! destroyed pointers get rdma_cm's error convention (-1 and errno); a channel's fd
+//! counts its events; an ID's unread events go with it; rdma_getaddrinfo answers as
+//! rdma_cm's does. Connections themselves need devices: tests/netns/rdmacm.sh.
+
+use std::ffi::{c_int, CStr};
+use std::net::Ipv4Addr;
+use std::ptr::null_mut;
+
+use super::addr::*;
+use super::channel::*;
+use super::conn::*;
+use super::ep::*;
+use super::id::*;
+use super::misc::*;
+use crate::ffi::cma_h::*;
+
+fn errno() -> c_int {
+    // SAFETY: the calling thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+
+fn nonblocking(fd: c_int) {
+    // SAFETY: fcntl on a descriptor this test owns.
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        assert_eq!(libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK), 0);
+    }
+}
+
+fn readable(fd: c_int) -> bool {
+    ferroce::link::eventfd::poll_readable(&[fd], Some(std::time::Duration::ZERO)).unwrap() != 0
+}
+
+#[test]
+fn null_foreign_and_destroyed_handles_get_rdma_cm_errors() {
+    let junk = 0x1234usize as *mut rdma_cm_id;
+    // SAFETY: exercising the C ABI with invalid arguments is what this test is for.
+    unsafe {
+        assert_eq!(rdma_destroy_id(junk), -1);
+        assert_eq!(errno(), libc::EINVAL);
+        assert_eq!(rdma_destroy_id(null_mut()), -1);
+        assert_eq!(rdma_listen(junk, 1), -1);
+        assert_eq!(rdma_connect(null_mut(), null_mut()), -1);
+        assert_eq!(rdma_accept(junk, null_mut()), -1);
+        assert_eq!(rdma_disconnect(junk), -1);
+        assert_eq!(rdma_reject(junk, null_mut(), 0), -1);
+        assert_eq!(rdma_resolve_route(junk, 100), -1);
+        assert_eq!(rdma_ack_cm_event(junk.cast()), -1);
+        let mut e: *mut rdma_cm_event = null_mut();
+        assert_eq!(rdma_get_cm_event(junk.cast(), &mut e), -1);
+        assert_eq!(errno(), libc::EINVAL);
+        rdma_destroy_event_channel(junk.cast()); // ignored, no crash
+        let s = CStr::from_ptr(rdma_event_str(999));
+        assert_eq!(s.to_str().unwrap(), "UNKNOWN EVENT");
+
+        let ch = rdma_create_event_channel();
+        assert!(!ch.is_null());
+        let mut id: *mut rdma_cm_id = null_mut();
+        assert_eq!(rdma_create_id(ch, &mut id, null_mut(), RDMA_PS_IB), -1);
+        assert_eq!(errno(), libc::EPROTONOSUPPORT);
+        assert_eq!(rdma_create_id(ch, null_mut(), null_mut(), RDMA_PS_TCP), -1);
+        assert_eq!(rdma_create_id(ch, &mut id, null_mut(), RDMA_PS_TCP), 0);
+        // Steps out of order: nothing bound, resolved or requested.
+        assert_eq!(rdma_listen(id, 1), -1);
+        assert_eq!(errno(), libc::EINVAL);
+        assert_eq!(rdma_connect(id, null_mut()), -1);
+        assert_eq!(rdma_resolve_route(id, 100), -1);
+        assert_eq!(rdma_accept(id, null_mut()), -1);
+        assert_eq!(rdma_disconnect(id), -1);
+        assert_eq!(rdma_resolve_addr(id, null_mut(), null_mut(), 100), -1);
+        assert_eq!(errno(), libc::EINVAL);
+        // A socket address of a family rdma_cm does not take.
+        let mut un: libc::sockaddr_un = std::mem::zeroed();
+        un.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        assert_eq!(rdma_bind_addr(id, (&raw mut un).cast()), -1);
+        assert_eq!(errno(), libc::EAFNOSUPPORT);
+        assert_eq!(rdma_destroy_id(id), 0);
+        assert_eq!(rdma_destroy_id(id), -1, "destroyed twice");
+        assert_eq!(errno(), libc::EINVAL);
+        assert_eq!(rdma_get_src_port(id), 0);
+        rdma_destroy_event_channel(ch);
+        assert_eq!(rdma_get_cm_event(ch, &mut e), -1, "a destroyed channel");
+    }
+}
+
+#[test]
+fn a_channels_fd_counts_its_events_and_an_ids_go_with_it() {
+    // SAFETY: valid calls on objects this test makes.
+    unsafe {
+        let ch = rdma_create_event_channel();
+        let fd = (*ch).fd;
+        nonblocking(fd);
+        let mut e: *mut rdma_cm_event = null_mut();
+        assert_eq!(rdma_get_cm_event(ch, &mut e), -1);
+        assert_eq!(
+            errno(),
+            libc::EAGAIN,
+            "nothing yet: EAGAIN on a non-blocking fd"
+        );
+        assert!(!readable(fd));
+
+        let (mut a, mut b): (*mut rdma_cm_id, *mut rdma_cm_id) = (null_mut(), null_mut());
+        let ctx = 0x5150usize as *mut libc::c_void;
+        assert_eq!(rdma_create_id(ch, &mut a, ctx, RDMA_PS_TCP), 0);
+        assert_eq!(rdma_create_id(ch, &mut b, null_mut(), RDMA_PS_UDP), 0);
+        assert_eq!((*a).context, ctx);
+        assert_eq!((*b).qp_type, crate::ffi::IBV_QPT_UD);
+        let events = channel_of(ch).unwrap().events.clone();
+        let mut with_data = Event::new(RDMA_CM_EVENT_ESTABLISHED, a as usize, 0);
+        with_data.private = b"hello".to_vec();
+        events.post(Box::new(with_data));
+        events.post(Box::new(Event::new(
+            RDMA_CM_EVENT_DISCONNECTED,
+            b as usize,
+            0,
+        )));
+        events.post(Box::new(Event::new(RDMA_CM_EVENT_REJECTED, a as usize, 8)));
+        assert!(readable(fd));
+
+        assert_eq!(rdma_get_cm_event(ch, &mut e), 0);
+        assert_eq!(((*e).event, (*e).id), (RDMA_CM_EVENT_ESTABLISHED, a));
+        let p = (*e).param.conn;
+        let data =
+            std::slice::from_raw_parts(p.private_data.cast::<u8>(), p.private_data_len.into());
+        assert_eq!(data, b"hello");
+        assert_eq!(rdma_ack_cm_event(e), 0);
+        assert_eq!(rdma_ack_cm_event(e), -1, "acked twice");
+
+        // `a` goes: its REJECTED, still unread, goes with it; `b`'s stays.
+        assert_eq!(rdma_destroy_id(a), 0);
+        assert!(readable(fd));
+        assert_eq!(rdma_get_cm_event(ch, &mut e), 0);
+        assert_eq!(((*e).event, (*e).id), (RDMA_CM_EVENT_DISCONNECTED, b));
+        assert_eq!(rdma_ack_cm_event(e), 0);
+        assert!(
+            !readable(fd),
+            "the destroyed ID's event is gone, and its count"
+        );
+        assert_eq!(rdma_get_cm_event(ch, &mut e), -1);
+        assert_eq!(errno(), libc::EAGAIN);
+        assert_eq!(rdma_destroy_id(b), 0);
+        rdma_destroy_event_channel(ch);
+    }
+}
+
+fn sin(a: *const libc::sockaddr) -> (Ipv4Addr, u16) {
+    // SAFETY: an AF_INET address rdma_getaddrinfo made.
+    let s = unsafe { &*(a as *const libc::sockaddr_in) };
+    assert_eq!(s.sin_family as c_int, libc::AF_INET);
+    (
+        Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr)),
+        u16::from_be(s.sin_port),
+    )
+}
+
+#[test]
+fn getaddrinfo_gives_rdma_cm_addresses() {
+    // SAFETY: valid calls; results freed with rdma_freeaddrinfo.
+    unsafe {
+        let mut h: rdma_addrinfo = std::mem::zeroed();
+        h.ai_port_space = RDMA_PS_TCP as c_int;
+        let mut res: *mut rdma_addrinfo = null_mut();
+        let r = rdma_getaddrinfo(c"10.1.2.3".as_ptr(), c"7471".as_ptr(), &h, &mut res);
+        assert_eq!(r, 0);
+        let a = &*res;
+        assert_eq!(sin(a.ai_dst_addr), (Ipv4Addr::new(10, 1, 2, 3), 7471));
+        assert!(a.ai_src_addr.is_null());
+        assert_eq!(a.ai_qp_type as u32, crate::ffi::IBV_QPT_RC);
+        assert_eq!(a.ai_port_space as u32, RDMA_PS_TCP);
+        rdma_freeaddrinfo(res);
+
+        // Passive, UDP port space: the address is the source, the QP type UD.
+        h.ai_flags = RAI_PASSIVE as c_int;
+        h.ai_port_space = RDMA_PS_UDP as c_int;
+        let r = rdma_getaddrinfo(null_mut(), c"7174".as_ptr(), &h, &mut res);
+        assert_eq!(r, 0);
+        let a = &*res;
+        assert_eq!(a.ai_flags as u32 & RAI_PASSIVE, RAI_PASSIVE);
+        assert_eq!(sin(a.ai_src_addr).1, 7174);
+        assert!(a.ai_dst_addr.is_null());
+        assert_eq!(a.ai_qp_type as u32, crate::ffi::IBV_QPT_UD);
+        rdma_freeaddrinfo(res);
+
+        // getaddrinfo's own error codes come back as they are (for gai_strerror).
+        h.ai_flags = RAI_NUMERICHOST as c_int;
+        let r = rdma_getaddrinfo(c"not-an-address".as_ptr(), null_mut(), &h, &mut res);
+        assert_eq!(r, libc::EAI_NONAME);
+        assert_eq!(
+            rdma_getaddrinfo(null_mut(), null_mut(), std::ptr::null(), &mut res),
+            -1
+        );
+        assert_eq!(errno(), libc::EINVAL);
+        rdma_freeaddrinfo(null_mut());
+    }
+}
