@@ -7,7 +7,7 @@
 # Needs: the Rust toolchain (cargo), and root or sudo for apt-get on a machine without
 # tshark (Debian package `tshark`, the independent decoder the wire tests compare against),
 # a font for the DCQCN plot (`fonts-dejavu-core`), or rdma-core's libibverbs-dev,
-# ibverbs-utils and perftest, ucx-utils, openmpi-bin and python3-mpi4py (the C ABI's
+# ibverbs-utils, librdmacm-dev, rdmacm-utils and perftest, ucx-utils, openmpi-bin and python3-mpi4py (the C ABI's
 # tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +20,10 @@ command -v tshark >/dev/null 2>&1 || need_pkgs="$need_pkgs tshark"
 # unmodified programs that run on ferroce's libibverbs (tests/netns/libibverbs.sh).
 [ -f /usr/include/infiniband/verbs.h ] || need_pkgs="$need_pkgs libibverbs-dev"
 command -v ibv_rc_pingpong >/dev/null 2>&1 || need_pkgs="$need_pkgs ibverbs-utils"
+# The same for librdmacm: its header and library, and its example programs (rping,
+# ucmatose, udaddy, rdma_server/rdma_client; tests/netns/rdmacm.sh).
+[ -f /usr/include/rdma/rdma_cma.h ] || need_pkgs="$need_pkgs librdmacm-dev"
+command -v rping >/dev/null 2>&1 || need_pkgs="$need_pkgs rdmacm-utils"
 command -v ib_write_bw >/dev/null 2>&1 || need_pkgs="$need_pkgs perftest"
 # UCX's own tools on ferroce's library (tests/netns/ucx.sh).
 command -v ucx_perftest >/dev/null 2>&1 || need_pkgs="$need_pkgs ucx-utils"

@@ -15,7 +15,9 @@
 #           one SIGKILLed, and what is left behind (tests/netns/many_procs.sh); the UDP
 #           GSO data path at both MTUs (tests/netns/gso.sh); RC connections made through
 #           ferroce's connection manager on QP1, `ferroce ucmatose` between two namespaces,
-#           within one, on lo, and refused ports (tests/netns/cm.sh); `ferroce probe conformance`
+#           within one, on lo, and refused ports (tests/netns/cm.sh); Debian's rping,
+#           ucmatose, udaddy, rdma_server/rdma_client and perftest's -R on ferroce's
+#           librdmacm.so.1 (tests/netns/rdmacm.sh); `ferroce probe conformance`
 #           and `ferroce probe fuzz` against ferroce's own servers (tests/probe/{conformance,fuzz}.sh ferroce)
 #   dcqcn   two ferroce flows through a router namespace's htb + RED ECN bottleneck, DCQCN
 #           on and off: utilisation, fairness, marks not drops (tests/dcqcn/run.sh)
@@ -26,6 +28,8 @@
 #           both ways (tests/interop/rxe_cm.sh); the same
 #           ibv_*_pingpong and perftest binaries on both sides, on ferroce's libibverbs
 #           (`ferroce exec`) and on rxe, both roles (tests/interop/rxe_libibverbs.sh);
+#           Debian's rping, ucmatose, udaddy and perftest's -R on ferroce's librdmacm and
+#           on rxe's rdma_cm, both roles (tests/interop/rxe_rdmacm.sh);
 #           rdma-core's own test suite on rxe and on ferroce's libibverbs, side by side:
 #           a FAIL where a test passes on rxe and fails on ferroce (tests/interop/rxe_rdma_core.sh);
 #           `ferroce probe conformance` and a short `ferroce probe fuzz` against Debian's
@@ -91,6 +95,7 @@ echo "[system] libibverbs tests on this host"
 libdir=$out/lib; mkdir -p "$libdir"
 if (cd "$root" && cargo build --release --quiet -p ferroce-ibverbs --lib); then
   cp "$(dirname "$bin")/libibverbs.so" "$libdir/libibverbs.so.1"
+  ln -sf libibverbs.so.1 "$libdir/librdmacm.so.1"   # one library, both names
   OUT=$out bash "$here/netns/libibverbs.sh" "$bin" | tee "$out/libibverbs.txt"
   echo "[system] UCX's ucx_info and ucx_perftest on ferroce's libibverbs"
   OUT=$out bash "$here/netns/ucx.sh" "$bin" | tee "$out/ucx.txt"
@@ -106,6 +111,8 @@ if (cd "$root" && cargo build --release --quiet -p ferroce-ibverbs --lib); then
   OUT=$out bash "$here/probe/conformance.sh" "$bin" ferroce | tee "$out/probe-ferroce.txt"
   echo "[system] ferroce probe fuzz against ferroce's own servers over a veth (30 s per program)"
   OUT=$out bash "$here/probe/fuzz.sh" "$bin" ferroce 30 | tee "$out/probe-fuzz-ferroce.txt"
+  echo "[system] unmodified rdma_cm programs on ferroce's librdmacm.so.1: two hosts, one host, lo"
+  OUT=$out bash "$here/netns/rdmacm.sh" "$bin" | tee "$out/rdmacm.txt"
 else
   echo "FAIL libibverbs: cargo build --release -p ferroce-ibverbs failed" | tee "$out/libibverbs.txt"
 fi
@@ -127,6 +134,7 @@ if host_has_rxe; then
   RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_perftest.sh" "$bin" "$mode" | tee "$out/perftest.txt"
   RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_cm.sh" "$bin" | tee "$out/rxe-cm.txt"
   FERROCE_LIBDIR=$libdir RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_libibverbs.sh" "$bin" "$mode" | tee "$out/rxe-libibverbs.txt"
+  FERROCE_LIBDIR=$libdir RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_rdmacm.sh" "$bin" | tee "$out/rxe-rdmacm.txt"
   FERROCE_LIBDIR=$libdir RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_rdma_core.sh" "$bin" | tee "$out/rdma-core-rxe.txt"
   cleanup
   RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/probe/conformance.sh" "$bin" rxe | tee "$out/probe-rxe.txt"
@@ -141,7 +149,7 @@ if [ -n "$vm_parts" ]; then
   t0=$(date +%s)
   "$here/interop/rxe-vm/run.sh" --timeout 3000 "$here/interop/guest.sh" "$out/vm" "$here" "$bin" "$mode" "$vm_parts" "$libdir" >"$out/vm.log" 2>&1
   echo "[system] VM run: exit $?, $(( $(date +%s) - t0 )) s"
-  grep -E '^(=====|PASS|FAIL|    |interop:|netns:|perftest:|rxe-cm:|rxe-libibverbs:|rdma-core-rxe:|probe-rxe:|probe-fuzz-rxe:|\||dcqcn:|rxe0|tc |counters:)' "$out/vm/console.log" | tee "$out/vm.txt"
+  grep -E '^(=====|PASS|FAIL|    |interop:|netns:|perftest:|rxe-cm:|rxe-libibverbs:|rxe-rdmacm:|rdma-core-rxe:|probe-rxe:|probe-fuzz-rxe:|\||dcqcn:|rxe0|tc |counters:)' "$out/vm/console.log" | tee "$out/vm.txt"
 fi
 if [ -n "$vm_parts" ] && ! host_has_rxe; then
   # Never on a host with rdma_rxe: the packet panics the kernel it reaches.

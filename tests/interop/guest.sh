@@ -3,11 +3,11 @@
 #   guest.sh TESTS_DIR FERROCE_BINARY MODE PARTS [LIBDIR]
 #     PARTS: "interop", "netns", "dcqcn", comma-separated; "rxelib" and "rdmacore" run only
 #       one step of interop (the Debian programs on ferroce's library against rxe,
-#       rxe_libibverbs.sh; rdma-core's test suite on rxe and ferroce, rxe_rdma_core.sh);
+#       rxe_libibverbs.sh and rxe_rdmacm.sh; rdma-core's test suite on rxe and ferroce, rxe_rdma_core.sh);
 #       "probe" runs `ferroce probe conformance` against rxe (tests/probe/conformance.sh);
 #       "fuzz" a short `ferroce probe fuzz` run against rxe (45 s per program,
 #       tests/probe/fuzz.sh), "fuzzlong" a long one (FUZZ_SECS, default 1200 s per program)
-#     LIBDIR: the directory holding the libibverbs.so.1 that interop's programs run on
+#     LIBDIR: the directory holding the libibverbs.so.1 (and librdmacm.so.1) that interop's programs run on
 #       through `ferroce exec` (FERROCE_LIBDIR); without it, the library next to
 #       FERROCE_BINARY, whose ferroce-lib/ symlink must exist already (/ is read-only here)
 # (run.sh copies this script into the output directory, so the tests' own path is passed in.)
@@ -41,7 +41,9 @@ case ",$PARTS," in *,interop,*)
 esac
 case ",$PARTS," in *,interop,*|*,rxelib,*)
   echo "===== rxe-libibverbs: the same rdma-core programs on ferroce's libibverbs and on rxe ====="
-  FERROCE_LIBDIR=$LIBDIR bash "$tests/interop/rxe_libibverbs.sh" "$F" "$MODE" || rc=1 ;;
+  FERROCE_LIBDIR=$LIBDIR bash "$tests/interop/rxe_libibverbs.sh" "$F" "$MODE" || rc=1
+  echo "===== rxe-rdmacm: the same rdma_cm programs on ferroce's librdmacm and on rxe ====="
+  FERROCE_LIBDIR=$LIBDIR bash "$tests/interop/rxe_rdmacm.sh" "$F" || rc=1 ;;
 esac
 case ",$PARTS," in *,interop,*|*,rdmacore,*)
   echo "===== rdma-core-rxe: rdma-core's test suite on rxe and on ferroce's libibverbs ====="

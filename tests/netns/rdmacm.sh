@@ -1,0 +1,107 @@
+#!/bin/bash
+# Unmodified rdma_cm programs (Debian's rdmacm-utils and perftest, linked against
+# rdma-core's librdmacm and libibverbs) on ferroce's librdmacm.so.1, via `ferroce exec`:
+#   two hosts     rping (64 B and 10000 B, validated), ucmatose (1 and 4 connections),
+#                 udaddy (UD through SIDR), rdma_server/rdma_client (rdma_create_ep,
+#                 synchronous IDs), ib_write_bw -R (1 and 4 QPs), ib_read_bw -R and
+#                 ib_send_lat -R (perftest makes and drops a connection, then listens
+#                 again on the same port for the next at once): server in rc-b
+#                 (10.94.0.2), client in rc-a
+#   one host      rping on one veth end and on lo, ib_write_bw -R on lo
+#   refused       a port nobody listens on: RDMA_CM_EVENT_REJECTED with IB's reason 8
+#                 (invalid service ID), at once
+#   no peer       an address nobody answers ARP for: RDMA_CM_EVENT_ADDR_ERROR (-ETIMEDOUT)
+#                 after rping's 2 s address timeout
+#   tests/netns/rdmacm.sh [FERROCE_BINARY]   (needs root: namespaces, veth)
+# Prints PASS/FAIL lines and "rdmacm: N passed, M failed"; exit 0 iff all pass.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=tests/netns/lib.sh
+. "$here/lib.sh" "$@"
+A=rc-a B=rc-b IF=eth1
+out=${OUT:-$root/target}/rdmacm; rm -rf "$out"; mkdir -p "$out"
+pass=0 fail=0
+for p in rping ucmatose udaddy rdma_server rdma_client ib_write_bw ib_send_lat; do
+  command -v $p >/dev/null || { echo "FAIL setup: $p is missing (Debian: rdmacm-utils, perftest)"; echo "rdmacm: 0 passed, 1 failed"; exit 1; }
+done
+two_hosts $A $B $IF 10.94.0
+echo "ferroce: $("$F" --version)"
+X() { local ns=$1; shift; ip netns exec "$ns" timeout 60 "$F" exec -- "$@"; }
+
+# run NAME SERVER_NS CLIENT_NS SERVER_CMD -- CLIENT_CMD: both exit 0; sets $s and $c.
+run() {
+  local name=$1 sns=$2 cns=$3 rc=0 scmd=() ; shift 3
+  while [ "$1" != -- ]; do scmd+=("$1"); shift; done; shift
+  s=$out/$name.server c=$out/$name.client
+  X "$sns" "${scmd[@]}" >"$s" 2>&1 & local sp=$!
+  sleep 1.5
+  X "$cns" "$@" >"$c" 2>&1 || rc=1
+  wait $sp || rc=1
+  return $rc
+}
+
+rping_case() { # NAME SERVER_NS CLIENT_NS ADDR SIZE
+  if run "$1" "$2" "$3" rping -s -a "$4" -S "$5" -v -- rping -c -a "$4" -S "$5" -C 10 -V -v &&
+     [ "$(grep -c '^ping data: rdma-ping-' "$c")" = 10 ] &&
+     [ "$(grep -c '^server ping data: rdma-ping-' "$s")" = 10 ] &&
+     grep -q "server DISCONNECT EVENT" "$s"; then
+    ok "$1" "10 pings of $5 bytes: RDMA READ by the server, WRITE back, validated by the client"
+  else ko "$1" "exit codes or ping lines" "$s" "$c"; fi
+}
+rping_case rping-two-hosts $B $A 10.94.0.2 64
+rping_case rping-two-hosts-10000 $B $A 10.94.0.2 10000
+rping_case rping-one-host-veth $A $A 10.94.0.1 1000
+rping_case rping-one-host-lo $A $A 127.0.0.1 1000
+
+for conns in 1 4; do
+  if run ucmatose-c$conns $B $A ucmatose -c $conns -- ucmatose -s 10.94.0.2 -c $conns &&
+     grep -q "return status 0" "$s" && grep -q "return status 0" "$c" &&
+     [ "$(grep -c "connecting" "$c")" -ge 1 ]; then
+    ok ucmatose-c$conns "$conns connection(s), sends both ways, disconnected"
+  else ko ucmatose-c$conns "exit codes or status lines" "$s" "$c"; fi
+done
+
+if run udaddy $B $A udaddy -- udaddy -s 10.94.0.2 &&
+   grep -q "data transfers complete" "$s" && grep -q "data transfers complete" "$c"; then
+  ok udaddy "UD datagrams both ways, the service found with SIDR"
+else ko udaddy "exit codes or status lines" "$s" "$c"; fi
+
+if run rdma-server-client $B $A rdma_server -- rdma_client -s 10.94.0.2 &&
+   grep -q "rdma_server: end 0" "$s" && grep -q "rdma_client: end 0" "$c"; then
+  ok rdma-server-client "rdma_create_ep, rdma_get_request, synchronous connect and accept"
+else ko rdma-server-client "exit codes or end lines" "$s" "$c"; fi
+
+perf_case() { # NAME SERVER_NS CLIENT_NS DEV ADDR PROGRAM ARGS...
+  local name=$1 sns=$2 cns=$3 dev=$4 addr=$5 prog=$6; shift 6
+  if run "$name" "$sns" "$cns" "$prog" -R -d "$dev" "$@" -- "$prog" -R -d "$dev" "$@" "$addr"; then
+    local line; line=$(grep -E '^ *[0-9]+ +[0-9]+ +[0-9.]+' "$c" | tail -1)
+    if [ -n "$line" ]; then ok "$name" "$(echo "$line" | tr -s ' \t' ' ')"; return; fi
+  fi
+  ko "$name" "exit codes or no result line" "$s" "$c"
+}
+perf_case write-bw-R-two-hosts $B $A $IF 10.94.0.2 ib_write_bw -D 2
+perf_case write-bw-R-4qps-two-hosts $B $A $IF 10.94.0.2 ib_write_bw -D 2 -q 4
+perf_case read-bw-R-two-hosts $B $A $IF 10.94.0.2 ib_read_bw -D 2
+perf_case send-lat-R-two-hosts $B $A $IF 10.94.0.2 ib_send_lat -n 2000
+perf_case write-bw-R-one-host-lo $A $A lo 127.0.0.1 ib_write_bw -D 2
+
+# A port nobody listens on: the other host's connection manager (it serves 7174) refuses.
+X $B rping -s -a 10.94.0.2 -v >"$out/refused.server" 2>&1 & sp=$!
+sleep 1.5
+t0=$(date +%s%N)
+X $A rping -c -a 10.94.0.2 -p 7999 -C 1 >"$out/refused.client" 2>&1; rc=$?
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+kill $sp 2>/dev/null; wait $sp 2>/dev/null
+if [ $rc != 0 ] && grep -q "RDMA_CM_EVENT_REJECTED, error 8" "$out/refused.client" && [ $ms -lt 5000 ]; then
+  ok refused "RDMA_CM_EVENT_REJECTED, error 8 in $ms ms"
+else ko refused "exit $rc after $ms ms" "$out/refused.client"; fi
+
+t0=$(date +%s%N)
+X $A rping -c -a 10.94.0.9 -C 1 >"$out/no-peer.client" 2>&1; rc=$?
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+if [ $rc != 0 ] && grep -q "RDMA_CM_EVENT_ADDR_ERROR, error -110" "$out/no-peer.client" && [ $ms -lt 10000 ]; then
+  ok no-peer "RDMA_CM_EVENT_ADDR_ERROR, error -110 in $ms ms"
+else ko no-peer "exit $rc after $ms ms" "$out/no-peer.client"; fi
+
+echo "rdmacm: $pass passed, $fail failed"
+[ "$fail" = 0 ]
