@@ -55,6 +55,12 @@ const SEND_SLOTS: usize = 32;
 const SLOT: usize = 40 + MAD_LEN;
 /// How long a count of the interface's processes is trusted.
 const CENSUS_AGE: Duration = Duration::from_secs(1);
+/// How long a MAD waits for its peer's MAC address (the verbs' own resolve timeout).
+const RESOLVE_WAIT: Duration = Duration::from_secs(3);
+/// MADs waiting for a MAC address at once; more are not sent (counted as unsent).
+const PARKED: usize = 64;
+/// Address handles kept, one per peer answered.
+const MAX_AHS: usize = 256;
 /// What this side offers for RDMA READ and atomics, both ways (rdma_cm's users ask for
 /// what they need; `RcPath`'s defaults are these).
 const RD_ATOMIC: u8 = 16;
@@ -172,6 +178,8 @@ struct State {
     events: HashMap<CommId, VecDeque<CmEvent>>,
     /// Connect requests by service ID.
     requests: HashMap<u64, VecDeque<CmEvent>>,
+    /// MADs waiting for their peer's MAC address, and until when.
+    parked: VecDeque<(StdInstant, CmTransmit)>,
     /// MADs that could not be sent (no route to the peer).
     unsent: u64,
     /// When the interface's users were last counted.
@@ -245,6 +253,7 @@ impl ConnectionManager {
                 free_send: (0..SEND_SLOTS).collect(),
                 pending: VecDeque::new(),
                 ahs: HashMap::new(),
+                parked: VecDeque::new(),
                 events: HashMap::new(),
                 requests: HashMap::new(),
                 unsent: 0,
@@ -771,28 +780,71 @@ impl Inner {
         while let Some(t) = s.cm.poll_transmit() {
             s.pending.push_back(t);
         }
+        // MADs to peers whose MAC address was unknown: again once it is known (the
+        // network was asked), until their time is up.
+        let now = StdInstant::now();
+        for (until, t) in std::mem::take(&mut s.parked) {
+            if self.neighbour_known(t.to) {
+                s.pending.push_back(t);
+            } else if now < until {
+                s.parked.push_back((until, t));
+            } else {
+                s.unsent += 1;
+            }
+        }
         while !s.pending.is_empty() {
             let Some(slot) = s.free_send.pop() else {
                 break; // a send completion frees one
             };
             let t = s.pending.pop_front().expect("not empty");
-            if self.send_mad(s, slot, &t).is_err() {
-                s.unsent += 1;
-                s.free_send.push(slot);
+            match self.send_mad(s, slot, &t) {
+                Ok(true) => {}
+                Ok(false) => {
+                    s.free_send.push(slot);
+                    if s.parked.len() >= PARKED {
+                        s.unsent += 1; // a flood from addresses nobody answers for
+                    } else {
+                        s.parked.push_back((now + RESOLVE_WAIT, t));
+                    }
+                }
+                Err(_) => {
+                    s.unsent += 1;
+                    s.free_send.push(slot);
+                }
             }
         }
     }
 
-    fn send_mad(&self, s: &mut State, slot: usize, t: &CmTransmit) -> Result<(), Error> {
-        let dest = match s.ahs.entry(t.to) {
-            std::collections::hash_map::Entry::Occupied(e) => e.get().dest(GSI_QPN, GSI_QKEY),
-            std::collections::hash_map::Entry::Vacant(e) => {
+    /// Whether `gid`'s MAC address is known; asks the network when it is not, without
+    /// waiting: the CM thread must not stall under its lock for a peer that never
+    /// answers (a REQ from a spoofed address is answered with a REJ to it).
+    fn neighbour_known(&self, gid: Ipv6Addr) -> bool {
+        self.ctx
+            .shared()
+            .resolve(crate::net::gid::addr_of(gid), Duration::ZERO)
+            .is_ok()
+    }
+
+    /// Sends `t` from send slot `slot`: false when its peer's MAC address is not known
+    /// yet (park it and try again).
+    fn send_mad(&self, s: &mut State, slot: usize, t: &CmTransmit) -> Result<bool, Error> {
+        let dest = match s.ahs.get(&t.to) {
+            Some(ah) => ah.dest(GSI_QPN, GSI_QKEY),
+            None => {
+                if !self.neighbour_known(t.to) {
+                    return Ok(false);
+                }
+                if s.ahs.len() >= MAX_AHS {
+                    // Bounded: one peer's handle goes (made again when it is needed).
+                    let old = *s.ahs.keys().next().expect("not empty");
+                    s.ahs.remove(&old);
+                }
                 let (sgid_index, _) = source_for(&self.ctx, t.to)?;
                 let ah = self.pd.create_ah(AddressVector {
                     sgid_index: sgid_index as u8,
                     ..AddressVector::new(t.to)
                 })?;
-                e.insert(ah).dest(GSI_QPN, GSI_QKEY)
+                s.ahs.entry(t.to).or_insert(ah).dest(GSI_QPN, GSI_QKEY)
             }
         };
         self.send.write(slot * MAD_LEN, &t.mad)?;
@@ -804,7 +856,7 @@ impl Inner {
             ud: Some(dest),
             ..Default::default()
         };
-        self.qp.post_send(&wr)
+        self.qp.post_send(&wr).map(|()| true)
     }
 
     /// The thread: takes in MADs, fires timers, sends answers.

@@ -217,15 +217,17 @@ pub fn resolve(
         if let Some(mac) = lookup(ifindex, hop).map_err(ResolveError::Io)? {
             return Ok(mac);
         }
+        // Asked before the deadline is checked: a zero timeout asks the network and
+        // returns at once (a caller that must not wait looks again later).
+        if !asked {
+            trigger(ifindex, hop);
+            asked = true;
+        }
         if Instant::now() >= deadline {
             return Err(ResolveError::Unreachable {
                 ip: dst,
                 ifname: ifname.to_string(),
             });
-        }
-        if !asked {
-            trigger(ifindex, hop);
-            asked = true;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
