@@ -314,6 +314,29 @@ impl ConnectionManager {
         private_data: &[u8],
         timeout: Duration,
     ) -> Result<Connection, CmFailure> {
+        let (conn, path) = self.request_rc(qp.qpn(), remote, port, private_data, timeout)?;
+        if let Err(e) = qp.connect(&path) {
+            let _ = self
+                .inner
+                .with_cm(|cm, _| cm.reject(conn.id, RejReason::CONSUMER_DEFINED, &[]));
+            return Err(e.into());
+        }
+        self.establish(conn.id)?;
+        Ok(conn)
+    }
+
+    /// [`ConnectionManager::connect_rc`] for a QP this side does not bring up itself
+    /// (rdma_cm's connect without a QP on the ID): the REQ names QP `qpn`; returns, on
+    /// the REP, the connection and the path the QP must be given (to RTS) before
+    /// [`ConnectionManager::establish`] sends the RTU.
+    pub fn request_rc(
+        &self,
+        qpn: u32,
+        remote: IpAddr,
+        port: u16,
+        private_data: &[u8],
+        timeout: Duration,
+    ) -> Result<(Connection, RcPath), CmFailure> {
         let ctx = &self.inner.ctx;
         let remote_gid = gid_of(remote);
         let remote = ip_of(remote_gid); // an IPv4-mapped IPv6 address is IPv4 to rdma_cm
@@ -321,7 +344,7 @@ impl ConnectionManager {
         let my_psn = random_psn()?;
         let mut req = Req {
             service_id: rdma_cm::service_id(PortSpace::TCP, port),
-            local_qpn: qp.qpn(),
+            local_qpn: qpn,
             starting_psn: my_psn,
             transport: Transport::Rc,
             responder_resources: RD_ATOMIC,
@@ -369,19 +392,20 @@ impl ConnectionManager {
             rnr_retry: rep.rnr_retry_count,
             ..RcPath::new(remote_gid, rep.local_qpn, my_psn, rep.starting_psn)
         };
-        if let Err(e) = qp.connect(&path) {
-            let _ = self
-                .inner
-                .with_cm(|cm, _| cm.reject(id, RejReason::CONSUMER_DEFINED, &[]));
-            return Err(e.into());
-        }
-        self.inner.with_cm(|cm, _| cm.ready(id))?;
-        Ok(Connection {
+        let conn = Connection {
             id,
             remote: remote_gid,
             remote_qpn: rep.local_qpn,
             private_data: rep.private_data.to_vec(),
-        })
+        };
+        Ok((conn, path))
+    }
+
+    /// Sends the RTU of a connection [`ConnectionManager::request_rc`] made: it is
+    /// established.
+    pub fn establish(&self, id: CommId) -> Result<(), CmFailure> {
+        self.inner.with_cm(|cm, _| cm.ready(id))?;
+        Ok(())
     }
 
     /// Accepts a request with `qp` (an RC QP in RESET, or in INIT with receives posted): brings it to RTS with the
@@ -408,12 +432,21 @@ impl ConnectionManager {
         qp: &QueuePair,
         private_data: &[u8],
     ) -> Result<Connection, CmFailure> {
+        let path = self.path_for(request)?;
+        qp.connect(&path)?;
+        self.accept_with(request, qp.qpn(), &path, private_data)
+    }
+
+    /// The path a QP answering `request` needs (to RTS), with a fresh random PSN of its
+    /// own: for a QP this side does not bring up itself (rdma_cm's accept without a QP
+    /// on the ID), before [`ConnectionManager::accept_with`].
+    pub fn path_for(&self, request: &Request) -> Result<RcPath, CmFailure> {
         let ctx = &self.inner.ctx;
         let (sgid_index, _) = source_for(ctx, request.from)?;
         let q = &request.req;
         let my_psn = random_psn()?;
         let mtu = ctx.attr().active_mtu;
-        let path = RcPath {
+        Ok(RcPath {
             mtu: mtu_from_code(q.path_mtu).map_or(mtu, |m| m.min(mtu)),
             sgid_index: sgid_index as u8,
             max_rd_atomic: q.responder_resources.min(RD_ATOMIC),
@@ -421,11 +454,22 @@ impl ConnectionManager {
             rnr_retry: q.rnr_retry_count,
             retry_cnt: q.retry_count,
             ..RcPath::new(request.from, q.local_qpn, my_psn, q.starting_psn)
-        };
-        qp.connect(&path)?;
+        })
+    }
+
+    /// Sends the REP for `request`: QP `qpn`, starting at `path`'s receive PSN (the path
+    /// [`ConnectionManager::path_for`] gave), with `private_data` (up to 196 bytes).
+    pub fn accept_with(
+        &self,
+        request: &Request,
+        qpn: u32,
+        path: &RcPath,
+        private_data: &[u8],
+    ) -> Result<Connection, CmFailure> {
+        let q = &request.req;
         let mut rep = Rep {
-            local_qpn: qp.qpn(),
-            starting_psn: my_psn,
+            local_qpn: qpn,
+            starting_psn: path.rq_psn,
             responder_resources: RD_ATOMIC,
             initiator_depth: q.responder_resources.min(RD_ATOMIC),
             target_ack_delay: 15,
