@@ -220,7 +220,7 @@ core::arch::global_asm!(
 );
 
 // librdmacm's calls ferroce does not offer: rsockets, multicast, SRQs made by rdma_cm,
-// ECE, migrating IDs between channels.
+// ECE.
 stubs! {
     minus1 raccept @ "RDMACM_1.0";
     minus1 rbind @ "RDMACM_1.0";
@@ -254,7 +254,6 @@ stubs! {
     void rdma_destroy_srq @ "RDMACM_1.0";
     minus1 rdma_join_multicast @ "RDMACM_1.0";
     minus1 rdma_leave_multicast @ "RDMACM_1.0";
-    minus1 rdma_migrate_id @ "RDMACM_1.0";
     minus1 rdma_join_multicast_ex @ "RDMACM_1.1";
     minus1 rdma_get_remote_ece @ "RDMACM_1.3";
     minus1 rdma_reject_ece @ "RDMACM_1.3";

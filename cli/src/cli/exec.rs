@@ -394,11 +394,17 @@ mod tests {
             std::fs::read_link(&link).unwrap(),
             Path::new("../libibverbs.so")
         );
-        let names: Vec<_> = std::fs::read_dir(t.join(PRIVATE_DIR))
+        let mut names: Vec<_> = std::fs::read_dir(t.join(PRIVATE_DIR))
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
-        assert_eq!(names, [SONAME]);
+        names.sort();
+        assert_eq!(names, [SONAME, RDMACM_SONAME]);
+        // librdmacm.so.1 is the same library.
+        assert_eq!(
+            std::fs::read_link(t.join(PRIVATE_DIR).join(RDMACM_SONAME)).unwrap(),
+            Path::new("../libibverbs.so")
+        );
         std::fs::remove_dir_all(&t).unwrap();
     }
 

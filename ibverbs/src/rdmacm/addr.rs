@@ -14,10 +14,10 @@ use ferroce::net::gid::gid_of;
 
 use super::channel::Event;
 use super::devices::{self, CmDevice};
-use super::id::{id_of, Shared, St};
+use super::id::{id_of, ret, Shared, St};
 use crate::ffi::cma_h::*;
 use crate::ffi::*;
-use crate::guard::{catch, set_errno};
+use crate::guard::catch;
 use libc::sockaddr;
 
 /// The socket address at `p` (AF_INET or AF_INET6).
@@ -93,6 +93,9 @@ pub(crate) fn fill(sh: &Shared, st: &mut St) {
     if let Some(d) = &dev {
         c.verbs = d.verbs();
         c.port_num = 1;
+        if c.pd.is_null() {
+            c.pd = d.pd();
+        }
     }
     let ib = rdma_ib_addr {
         sgid: ibv_gid {
@@ -164,17 +167,6 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr
     })
 }
 
-/// The verbs convention of rdma_cm: 0, or -1 with errno.
-pub(crate) fn ret(r: Result<(), c_int>) -> c_int {
-    match r {
-        Ok(()) => 0,
-        Err(e) => {
-            set_errno(e);
-            -1
-        }
-    }
-}
-
 /// Resolves the device and source for `dst`: the event to post.
 fn resolve(st: &mut St, src: Option<SocketAddr>, dst: SocketAddr) -> Result<(), c_int> {
     if let Some(s) = src.filter(|_| st.src.is_none()) {
@@ -216,7 +208,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
                     tracing::info!(%dst, errno = e, "rdma_resolve_addr: no ferroce device reaches it");
                     sh.post_locked(&st, Event::new(RDMA_CM_EVENT_ADDR_ERROR, sh.me, -e));
                     drop(st);
-                    return super::conn::complete(&sh, RDMA_CM_EVENT_ADDR_RESOLVED);
+                    return super::id::complete(&sh, RDMA_CM_EVENT_ADDR_RESOLVED);
                 }
             }
             let dev = st.dev.clone().ok_or(libc::ENODEV)?;
@@ -242,7 +234,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
                     sh.post(e);
                 })
                 .map_err(|_| libc::EAGAIN)?;
-            super::conn::complete(&waiter, RDMA_CM_EVENT_ADDR_RESOLVED)
+            super::id::complete(&waiter, RDMA_CM_EVENT_ADDR_RESOLVED)
         })();
         ret(r)
     })
@@ -262,7 +254,7 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_
             // peer's MAC is resolved when the REQ goes out.
             sh.post_locked(&st, Event::new(RDMA_CM_EVENT_ROUTE_RESOLVED, sh.me, 0));
             drop(st);
-            super::conn::complete(sh, RDMA_CM_EVENT_ROUTE_RESOLVED)
+            super::id::complete(sh, RDMA_CM_EVENT_ROUTE_RESOLVED)
         })();
         ret(r)
     })

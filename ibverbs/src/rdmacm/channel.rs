@@ -96,6 +96,18 @@ impl Events {
         }
     }
 
+    /// Takes out the events of `id` not yet read (the ID moves to another channel).
+    pub(crate) fn take_of(&self, id: usize) -> VecDeque<Box<Event>> {
+        let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let (mine, rest): (VecDeque<_>, VecDeque<_>) =
+            q.drain(..).partition(|e| e.c.id as usize == id);
+        *q = rest;
+        for _ in 0..mine.len() {
+            let _ = self.fd.try_take();
+        }
+        mine
+    }
+
     /// Takes back the events of `id` not yet read (the ID is going away).
     pub(crate) fn forget(&self, id: usize) {
         let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);

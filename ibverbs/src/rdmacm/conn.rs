@@ -19,13 +19,14 @@ use ferroce::cm::CmFailure;
 use ferroce::net::gid::addr_of;
 use ferroce_wire::cm::rdma_cm;
 
-use super::addr::{fill, ret};
+use super::addr::fill;
 use super::channel::Event;
 use super::devices::{self, CmDevice};
-use super::id::{self, id_of, Pending, Shared};
+use super::id::{self, complete, id_of, ret, Pending, Shared};
 use crate::ffi::cma_h::*;
 use crate::ffi::*;
-use crate::guard::catch;
+use crate::guard::{catch, set_errno};
+use crate::handles::{self, Kind};
 use crate::qp::{ah_attr_of, qp_of};
 
 /// How often a listener's thread looks whether its ID still lives.
@@ -44,32 +45,6 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), c_int> {
         .spawn(f)
         .map(|_| ())
         .map_err(|_| libc::EAGAIN)
-}
-
-/// For an ID without a channel of its own (synchronous rdma_cm): waits for the event
-/// the step just started and fails with its status unless it is `ok`.
-pub(crate) fn complete(sh: &Shared, ok: rdma_cm_event_type) -> Result<(), c_int> {
-    let Some(ch) = sh.own_channel else {
-        return Ok(());
-    };
-    let mut e: *mut rdma_cm_event = std::ptr::null_mut();
-    // SAFETY: `ch` is the ID's own live channel; `e` is a local to write.
-    if unsafe { super::channel::rdma_get_cm_event(ch as *mut rdma_event_channel, &mut e) } != 0 {
-        return Err(std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO));
-    }
-    // SAFETY: just returned by rdma_get_cm_event, live until acked below.
-    let (kind, status) = unsafe { ((*e).event, (*e).status) };
-    // SAFETY: as above.
-    unsafe { super::channel::rdma_ack_cm_event(e) };
-    if kind == ok {
-        Ok(())
-    } else if status < 0 {
-        Err(-status)
-    } else {
-        Err(libc::ECONNREFUSED)
-    }
 }
 
 #[export_name = "__ferroce_rdma_listen"]
@@ -248,7 +223,7 @@ fn new_request(
         let events = unsafe { (*ch).events.clone() };
         id::create(events, ch.cast(), Some(ch as usize), lc.context, ps)
     } else {
-        id::create(listen.events.clone(), lc.channel, None, lc.context, ps)
+        id::create(listen.events(), lc.channel, None, lc.context, ps)
     };
     drop(st);
     // SAFETY: just made live; only this thread knows it yet.
@@ -264,6 +239,21 @@ fn new_request(
         cst.dev = Some(dev.clone());
         cst.src = local.map(|l| SocketAddr::new(l, port));
         cst.dst = Some(SocketAddr::new(remote, rport));
+        // The path a QP answering it needs, known now (rdma_init_qp_attr may ask before
+        // rdma_accept).
+        let path = match &pending {
+            Pending::Rc(r) => Some(dev.cm.path_for(r)),
+            Pending::Ud(_) => None,
+        };
+        if let Some(Err(f)) = &path {
+            tracing::info!(%f, "a connect request with no way back; refused");
+            drop(cst);
+            refuse(dev, pending);
+            // SAFETY: `child` is live and nobody outside knows it.
+            unsafe { rdma_destroy_id(child.cast()) };
+            return;
+        }
+        cst.path = path.and_then(Result::ok);
         if let Pending::Rc(r) = &pending {
             e.c.param.conn = ManuallyDrop::new(rdma_conn_param {
                 responder_resources: r.req.responder_resources,
@@ -284,10 +274,10 @@ fn new_request(
     if !lst.alive {
         drop(lst);
         // SAFETY: `child` is live and nobody outside knows it.
-        unsafe { id::rdma_destroy_id(child.cast()) };
+        unsafe { rdma_destroy_id(child.cast()) };
         return;
     }
-    listen.events.post(Box::new(e));
+    listen.events().post(Box::new(e));
 }
 
 /// Refuses a request nobody listens for any more, as one for an unknown service.
@@ -405,30 +395,56 @@ pub unsafe extern "C" fn rdma_connect(
                 })?;
                 return complete(&waiter, RDMA_CM_EVENT_ESTABLISHED);
             }
-            let q = qp_of(cid.qp()).ok_or(libc::EINVAL)?;
-            // The QP outlives the wait: rdma_destroy_qp before the outcome is the
-            // program's mistake, and the transport then refuses the transition.
-            let qp = q.inner.clone();
+            // With a QP on the ID, the library brings it to RTS and sends the RTU; without
+            // one (rping -q, UCX), the REQ names the program's `qp_num`, the REP becomes
+            // CONNECT_RESPONSE, and rdma_establish sends the RTU once the program has
+            // brought its QP up (rdma_init_qp_attr gives the attributes).
+            let qp = match qp_of(cid.qp()) {
+                Some(q) => Some(q.inner.clone()),
+                None if !conn_param.is_null() => None,
+                None => return Err(libc::EINVAL),
+            };
+            let qpn = match &qp {
+                Some(q) => q.qpn(),
+                // SAFETY: non-NULL, the caller's rdma_conn_param.
+                None => unsafe { (*conn_param).qp_num },
+            };
             spawn("ferroce-rdma-connect", move || {
-                match dev.cm.connect_rc(&qp, dst.ip(), dst.port(), &data, ANSWER) {
-                    Ok(c) => {
-                        let mut st = sh.lock();
-                        st.conn = Some(c.id);
-                        let mut e = Event::new(RDMA_CM_EVENT_ESTABLISHED, sh.me, 0);
-                        e.c.param.conn = ManuallyDrop::new(rdma_conn_param {
-                            qp_num: c.remote_qpn,
-                            ..zero_conn_param()
-                        });
-                        e.private = c.private_data;
-                        let posted = sh.post_locked(&st, e);
-                        drop(st);
-                        if posted {
-                            watch_disconnect(sh, dev, c.id);
-                        }
-                    }
+                let (conn, path) = match dev.cm.request_rc(qpn, dst.ip(), dst.port(), &data, ANSWER)
+                {
+                    Ok(r) => r,
                     Err(f) => {
                         sh.post(failure_event(sh.me, &f));
+                        return;
                     }
+                };
+                if let Some(q) = &qp {
+                    let up = q.connect(&path).map_err(CmFailure::from);
+                    if let Err(f) = up.and_then(|()| dev.cm.establish(conn.id)) {
+                        let _ = dev.cm.disconnect(conn.id, Duration::ZERO);
+                        sh.post(failure_event(sh.me, &f));
+                        return;
+                    }
+                }
+                let mut st = sh.lock();
+                st.conn = Some(conn.id);
+                st.path = Some(path);
+                st.awaiting_establish = qp.is_none();
+                let kind = if qp.is_some() {
+                    RDMA_CM_EVENT_ESTABLISHED
+                } else {
+                    RDMA_CM_EVENT_CONNECT_RESPONSE
+                };
+                let mut e = Event::new(kind, sh.me, 0);
+                e.c.param.conn = ManuallyDrop::new(rdma_conn_param {
+                    qp_num: conn.remote_qpn,
+                    ..zero_conn_param()
+                });
+                e.private = conn.private_data;
+                let posted = sh.post_locked(&st, e);
+                drop(st);
+                if posted && qp.is_some() {
+                    watch_disconnect(sh, dev, conn.id);
                 }
             })?;
             complete(&waiter, RDMA_CM_EVENT_ESTABLISHED)
@@ -450,24 +466,33 @@ pub unsafe extern "C" fn rdma_accept(
             let mut st = sh.lock();
             let dev = st.dev.clone().ok_or(libc::EINVAL)?;
             let data = private_of(conn_param);
+            // The QP: the ID's, else the program's own, named in `conn_param` (its
+            // program brings it up with rdma_init_qp_attr).
+            let qpn = match (&qp, conn_param.is_null()) {
+                (Some(q), _) => q.inner.qpn(),
+                // SAFETY: non-NULL, the caller's rdma_conn_param.
+                (None, false) => unsafe { (*conn_param).qp_num },
+                (None, true) => return Err(libc::EINVAL),
+            };
             match st.request.take() {
                 Some(Pending::Ud(r)) => {
-                    let q = qp.ok_or(libc::EINVAL)?;
                     let qkey = RDMA_UDP_QKEY;
-                    dev.cm
-                        .accept_ud(&r, q.inner.qpn(), qkey)
-                        .map_err(|_| libc::EINVAL)?;
+                    dev.cm.accept_ud(&r, qpn, qkey).map_err(|_| libc::EINVAL)?;
                     Ok(())
                 }
                 Some(Pending::Rc(r)) => {
-                    let Some(q) = qp else {
-                        st.request = Some(Pending::Rc(r));
+                    let Some(path) = st.path else {
                         return Err(libc::EINVAL);
                     };
-                    let conn = match dev.cm.begin_accept_rc(&r, &q.inner, &data) {
+                    let up = match &qp {
+                        Some(q) => q.inner.connect(&path).map_err(CmFailure::from),
+                        None => Ok(()),
+                    };
+                    let conn = match up.and_then(|()| dev.cm.accept_with(&r, qpn, &path, &data)) {
                         Ok(c) => c,
                         Err(f) => {
                             tracing::info!(%f, "rdma_accept failed");
+                            st.request = Some(Pending::Rc(r));
                             return Err(match f {
                                 CmFailure::Verbs(e) => crate::guard::errno_of(&e),
                                 _ => libc::EINVAL,
@@ -578,10 +603,28 @@ fn to_error(qp: &ferroce::verbs::QueuePair) {
 #[export_name = "__ferroce_rdma_establish"]
 pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
     catch("rdma_establish", -1, || {
-        // CONNECT_RESPONSE (a connect without a QP) is not offered: rdma_connect needs
-        // the ID's QP, so there is nothing to establish by hand.
-        ret(id_of(id).map_or(Err(libc::EINVAL), |_| Err(libc::EOPNOTSUPP)))
+        let r = (|| {
+            let cid = id_of(id).ok_or(libc::EINVAL)?;
+            let sh = cid.shared.clone();
+            let mut st = sh.lock();
+            let (Some(conn), Some(dev), true) = (st.conn, st.dev.clone(), st.awaiting_establish)
+            else {
+                return Err(libc::EINVAL);
+            };
+            // The RTU: the program has brought its QP to RTS.
+            dev.cm.establish(conn).map_err(|_| libc::EINVAL)?;
+            st.awaiting_establish = false;
+            drop(st);
+            watch_disconnect(sh, dev, conn);
+            Ok(())
+        })();
+        ret(r)
     })
+}
+
+/// `ibv_mtu` of a path MTU (the same codes).
+fn ibv_mtu_of(m: ferroce_transport::Mtu) -> ibv_mtu {
+    m as ibv_mtu
 }
 
 #[export_name = "__ferroce_rdma_init_qp_attr"]
@@ -591,9 +634,75 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
     qp_attr_mask: *mut c_int,
 ) -> c_int {
     catch("rdma_init_qp_attr", -1, || {
-        // QPs made outside rdma_create_qp are not connected by ferroce's rdma_cm.
-        let _ = (qp_attr, qp_attr_mask);
-        ret(id_of(id).map_or(Err(libc::EINVAL), |_| Err(libc::EOPNOTSUPP)))
+        let r = (|| {
+            let cid = id_of(id).ok_or(libc::EINVAL)?;
+            if qp_attr.is_null() || qp_attr_mask.is_null() {
+                return Err(libc::EINVAL);
+            }
+            // SAFETY: non-NULL, the caller's whole ibv_qp_attr; `qp_state` says which.
+            let a = unsafe { &mut *qp_attr };
+            let st = cid.shared.lock();
+            let ud = st.ps == RDMA_PS_UDP;
+            let mut mask = IBV_QP_STATE;
+            match (a.qp_state, st.path) {
+                (IBV_QPS_INIT, _) => {
+                    a.pkey_index = 0;
+                    a.port_num = 1;
+                    mask |= IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+                    if ud {
+                        a.qkey = RDMA_UDP_QKEY;
+                        mask |= IBV_QP_QKEY;
+                    } else {
+                        a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE
+                            | IBV_ACCESS_REMOTE_READ
+                            | IBV_ACCESS_REMOTE_ATOMIC;
+                        mask |= IBV_QP_ACCESS_FLAGS;
+                    }
+                }
+                (IBV_QPS_RTR, _) if ud => {}
+                (IBV_QPS_RTS, _) if ud => {
+                    a.sq_psn = 0;
+                    mask |= IBV_QP_SQ_PSN;
+                }
+                (IBV_QPS_RTR, Some(p)) => {
+                    a.path_mtu = ibv_mtu_of(p.mtu);
+                    a.dest_qp_num = p.dest_qpn;
+                    a.rq_psn = p.rq_psn;
+                    a.max_dest_rd_atomic = p.max_dest_rd_atomic;
+                    a.min_rnr_timer = p.min_rnr_timer;
+                    let av = ferroce_transport::AddressVector {
+                        sgid_index: p.sgid_index,
+                        traffic_class: p.traffic_class,
+                        ..ferroce_transport::AddressVector::new(p.dest_gid)
+                    };
+                    a.ah_attr = ah_attr_of(&av);
+                    mask |= IBV_QP_AV
+                        | IBV_QP_PATH_MTU
+                        | IBV_QP_DEST_QPN
+                        | IBV_QP_RQ_PSN
+                        | IBV_QP_MAX_DEST_RD_ATOMIC
+                        | IBV_QP_MIN_RNR_TIMER;
+                }
+                (IBV_QPS_RTS, Some(p)) => {
+                    a.sq_psn = p.sq_psn;
+                    a.timeout = p.timeout;
+                    a.retry_cnt = p.retry_cnt;
+                    a.rnr_retry = p.rnr_retry;
+                    a.max_rd_atomic = p.max_rd_atomic;
+                    mask |= IBV_QP_SQ_PSN
+                        | IBV_QP_TIMEOUT
+                        | IBV_QP_RETRY_CNT
+                        | IBV_QP_RNR_RETRY
+                        | IBV_QP_MAX_QP_RD_ATOMIC;
+                }
+                // RTR and RTS need the peer: a request taken, or a reply come.
+                _ => return Err(libc::EINVAL),
+            }
+            // SAFETY: non-NULL, the caller's.
+            unsafe { *qp_attr_mask = mask as c_int };
+            Ok(())
+        })();
+        ret(r)
     })
 }
 
@@ -639,5 +748,51 @@ pub unsafe extern "C" fn rdma_get_request(
             Ok(())
         })();
         ret(r)
+    })
+}
+
+#[export_name = "__ferroce_rdma_destroy_id"]
+pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
+    catch("rdma_destroy_id", -1, || {
+        let Some(b) = handles::remove(id as *mut id::Id, Kind::CmId) else {
+            tracing::debug!(?id, "rdma_destroy_id: not a live ID");
+            set_errno(libc::EINVAL);
+            return -1;
+        };
+        tracing::debug!(?id, "rdma_destroy_id");
+        let sh = b.shared.clone();
+        let mut st = sh.lock();
+        st.alive = false;
+        let port = st.src.map_or(0, |a| a.port());
+        let ud = st.ps == RDMA_PS_UDP;
+        for d in st.listening.drain(..) {
+            stop_listening(d, ud, port);
+        }
+        let dev = st.dev.clone();
+        match (st.request.take(), &dev) {
+            (Some(Pending::Rc(r)), Some(d)) if st.conn.is_none() => {
+                let _ = d.cm.reject(&r, &[]);
+            }
+            (Some(Pending::Ud(r)), Some(d)) => {
+                let _ = d.cm.reject_ud(&r);
+            }
+            _ => {}
+        }
+        if let (Some(conn), Some(d), false) = (st.conn, dev, st.closing || st.disconnected) {
+            // Destroyed while connected: the peer hears a DREQ, as from rdma_cm.
+            std::thread::spawn(move || {
+                let _ = d.cm.disconnect(conn, Duration::from_secs(2));
+            });
+        }
+        drop(st);
+        sh.events().forget(sh.me);
+        if let Some(ch) = sh.own_channel {
+            drop(handles::remove(
+                ch as *mut super::channel::Channel,
+                Kind::CmChannel,
+            ));
+        }
+        drop(b);
+        0
     })
 }

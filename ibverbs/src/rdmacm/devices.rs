@@ -12,7 +12,7 @@ use ferroce::verbs::Device;
 
 use crate::context::ctx_of;
 use crate::device::device_for;
-use crate::ffi::ibv_context;
+use crate::ffi::{ibv_context, ibv_pd};
 use crate::guard::errno_of;
 
 /// An open device and its connection manager.
@@ -20,12 +20,19 @@ pub(crate) struct CmDevice {
     pub name: String,
     /// The `ibv_context *` programs see as `cm_id->verbs`.
     ctx: usize,
+    /// The device's PD, every ID's `pd` on it (as rdma_cm gives each device one; UCX
+    /// finds the context through `cm_id->pd`).
+    pd: usize,
     pub cm: ConnectionManager,
 }
 
 impl CmDevice {
     pub(crate) fn verbs(&self) -> *mut ibv_context {
         self.ctx as *mut ibv_context
+    }
+
+    pub(crate) fn pd(&self) -> *mut ibv_pd {
+        self.pd as *mut ibv_pd
     }
 }
 
@@ -45,9 +52,15 @@ fn open(d: &Device) -> Result<Arc<CmDevice>, c_int> {
             .unwrap_or(libc::ENODEV)
     })?;
     let cm = ConnectionManager::open(&c.inner).map_err(|e| errno_of(&e))?;
+    // SAFETY: `verbs` is live (checked above).
+    let pd = unsafe { crate::pd::ibv_alloc_pd(verbs) };
+    if pd.is_null() {
+        return Err(libc::ENOMEM);
+    }
     let o = Arc::new(CmDevice {
         name: d.name().to_string(),
         ctx: verbs as usize,
+        pd: pd as usize,
         cm,
     });
     open.push(o.clone());

@@ -6,8 +6,9 @@
 use std::ffi::{c_char, c_int};
 use std::ptr::null_mut;
 
-use super::addr::ret;
-use super::id::{id_of, rdma_create_id, rdma_destroy_id};
+use super::conn::rdma_destroy_id;
+use super::id::ret;
+use super::id::{id_of, rdma_create_id};
 use super::qp::{rdma_create_qp, rdma_destroy_qp};
 use crate::ffi::cma_h::*;
 use crate::ffi::*;

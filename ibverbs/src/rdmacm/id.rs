@@ -3,7 +3,6 @@
 use std::ffi::{c_int, c_void};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 
 use ferroce::cm::{Request, UdRequest};
 use ferroce_transport::cm::CommId;
@@ -44,7 +43,8 @@ unsafe impl Sync for Id {}
 pub(crate) struct Shared {
     /// The C `rdma_cm_id *`.
     pub me: usize,
-    pub events: Arc<Events>,
+    /// The channel's events (rdma_migrate_id moves the ID to another channel).
+    events: std::sync::RwLock<Arc<Events>>,
     /// The channel made for an ID created without one (rdma_cm's synchronous use).
     pub own_channel: Option<usize>,
     pub st: Mutex<St>,
@@ -76,6 +76,11 @@ pub(crate) struct St {
     pub disconnected: bool,
     /// rdma_create_ep's PD and QP attributes for the QP of each request (a passive ID).
     pub ep_qp: Option<EpQp>,
+    /// What a QP of this connection needs to reach RTS (rdma_init_qp_attr): known from
+    /// the request on the passive side, from the reply on the active side.
+    pub path: Option<ferroce::verbs::RcPath>,
+    /// Connected with no QP on the ID: the RTU waits for rdma_establish.
+    pub awaiting_establish: bool,
 }
 
 /// The QP attributes of `rdma_create_ep` for a passive ID's requests.
@@ -98,6 +103,14 @@ impl Shared {
         relock(&self.st)
     }
 
+    /// The events of the channel the ID is on now.
+    pub(crate) fn events(&self) -> Arc<Events> {
+        self.events
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// Posts an event about this ID, unless it is being destroyed.
     pub(crate) fn post(&self, e: Event) -> bool {
         let st = self.lock();
@@ -108,7 +121,7 @@ impl Shared {
         if !st.alive {
             return false;
         }
-        self.events.post(Box::new(e));
+        self.events().post(Box::new(e));
         true
     }
 
@@ -130,6 +143,43 @@ impl Shared {
         st.disconnected = true;
         let e = Event::new(RDMA_CM_EVENT_DISCONNECTED, self.me, 0);
         self.post_locked(&st, e);
+    }
+}
+
+/// The verbs convention of rdma_cm: 0, or -1 with errno.
+pub(crate) fn ret(r: Result<(), c_int>) -> c_int {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
+/// For an ID without a channel of its own (synchronous rdma_cm): waits for the event
+/// the step just started and fails with its status unless it is `ok`.
+pub(crate) fn complete(sh: &Shared, ok: rdma_cm_event_type) -> Result<(), c_int> {
+    let Some(ch) = sh.own_channel else {
+        return Ok(());
+    };
+    let mut e: *mut rdma_cm_event = std::ptr::null_mut();
+    // SAFETY: `ch` is the ID's own live channel; `e` is a local to write.
+    if unsafe { super::channel::rdma_get_cm_event(ch as *mut rdma_event_channel, &mut e) } != 0 {
+        return Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO));
+    }
+    // SAFETY: just returned by rdma_get_cm_event, live until acked below.
+    let (kind, status) = unsafe { ((*e).event, (*e).status) };
+    // SAFETY: as above.
+    unsafe { super::channel::rdma_ack_cm_event(e) };
+    if kind == ok {
+        Ok(())
+    } else if status < 0 {
+        Err(-status)
+    } else {
+        Err(libc::ECONNREFUSED)
     }
 }
 
@@ -159,7 +209,7 @@ pub(crate) fn create(
     };
     let shared = Arc::new(Shared {
         me: 0,
-        events,
+        events: std::sync::RwLock::new(events),
         own_channel,
         st: Mutex::new(St {
             alive: true,
@@ -173,6 +223,8 @@ pub(crate) fn create(
             closing: false,
             disconnected: false,
             ep_qp: None,
+            path: None,
+            awaiting_establish: false,
         }),
     });
     let p = handles::insert(
@@ -229,48 +281,34 @@ pub unsafe extern "C" fn rdma_create_id(
     })
 }
 
-#[export_name = "__ferroce_rdma_destroy_id"]
-pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
-    catch("rdma_destroy_id", -1, || {
-        let Some(b) = handles::remove(id as *mut Id, Kind::CmId) else {
-            tracing::debug!(?id, "rdma_destroy_id: not a live ID");
+#[export_name = "__ferroce_rdma_migrate_id"]
+pub unsafe extern "C" fn rdma_migrate_id(
+    id: *mut rdma_cm_id,
+    channel: *mut rdma_event_channel,
+) -> c_int {
+    catch("rdma_migrate_id", -1, || {
+        // Onto another channel; not to synchronous use (a NULL channel), and not for an
+        // ID that has a channel of its own.
+        let (Some(cid), Some(ch)) = (id_of(id), channel_of(channel)) else {
             set_errno(libc::EINVAL);
             return -1;
         };
-        tracing::debug!(?id, "rdma_destroy_id");
-        let sh = b.shared.clone();
+        let sh = &cid.shared;
+        if sh.own_channel.is_some() {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
         let mut st = sh.lock();
-        st.alive = false;
-        let port = st.src.map_or(0, |a| a.port());
-        let ud = st.ps == RDMA_PS_UDP;
-        for d in st.listening.drain(..) {
-            super::conn::stop_listening(d, ud, port);
-        }
-        let dev = st.dev.clone();
-        match (st.request.take(), &dev) {
-            (Some(Pending::Rc(r)), Some(d)) if st.conn.is_none() => {
-                let _ = d.cm.reject(&r, &[]);
-            }
-            (Some(Pending::Ud(r)), Some(d)) => {
-                let _ = d.cm.reject_ud(&r);
-            }
-            _ => {}
-        }
-        if let (Some(conn), Some(d), false) = (st.conn, dev, st.closing || st.disconnected) {
-            // Destroyed while connected: the peer hears a DREQ, as from rdma_cm.
-            std::thread::spawn(move || {
-                let _ = d.cm.disconnect(conn, Duration::from_secs(2));
-            });
+        let old = sh.events();
+        *sh.events.write().unwrap_or_else(PoisonError::into_inner) = ch.events.clone();
+        if let Some(c) = sh.c(&mut st) {
+            c.channel = channel;
         }
         drop(st);
-        sh.events.forget(sh.me);
-        if let Some(ch) = sh.own_channel {
-            drop(handles::remove(
-                ch as *mut channel::Channel,
-                Kind::CmChannel,
-            ));
+        // Events not read yet follow the ID.
+        for e in old.take_of(sh.me) {
+            ch.events.post(e);
         }
-        drop(b);
         0
     })
 }

@@ -2,9 +2,9 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use super::addr::ret;
 use super::devices;
 use super::id::id_of;
+use super::id::ret;
 use crate::ffi::cma_h::*;
 use crate::ffi::*;
 use crate::guard::catch;

@@ -12,8 +12,8 @@ use crate::guard::catch;
 use crate::pd::ibv_alloc_pd;
 use crate::qp::{ibv_create_qp, ibv_destroy_qp, ibv_modify_qp};
 
-use super::addr::ret;
 use super::id::id_of;
+use super::id::ret;
 
 fn last_errno() -> c_int {
     std::io::Error::last_os_error()

@@ -194,3 +194,68 @@ fn getaddrinfo_gives_rdma_cm_addresses() {
         rdma_freeaddrinfo(null_mut());
     }
 }
+
+#[test]
+fn init_qp_attr_gives_init_at_once_and_rtr_only_with_a_peer() {
+    use crate::ffi::*;
+    // SAFETY: valid calls on objects this test makes; out-pointers are locals.
+    unsafe {
+        let ch = rdma_create_event_channel();
+        let mut id: *mut rdma_cm_id = null_mut();
+        assert_eq!(rdma_create_id(ch, &mut id, null_mut(), RDMA_PS_TCP), 0);
+        let mut a: ibv_qp_attr = std::mem::zeroed();
+        let mut mask: c_int = 0;
+        a.qp_state = IBV_QPS_INIT;
+        assert_eq!(rdma_init_qp_attr(id, &mut a, &mut mask), 0);
+        let want = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+        assert_eq!(mask as u32, want);
+        assert_eq!((a.port_num, a.pkey_index), (1, 0));
+        assert_ne!(a.qp_access_flags & IBV_ACCESS_REMOTE_READ, 0);
+        // No request taken, no reply come: nothing to say about the peer.
+        a.qp_state = IBV_QPS_RTR;
+        assert_eq!(rdma_init_qp_attr(id, &mut a, &mut mask), -1);
+        assert_eq!(errno(), libc::EINVAL);
+        a.qp_state = IBV_QPS_SQD;
+        assert_eq!(rdma_init_qp_attr(id, &mut a, &mut mask), -1);
+        assert_eq!(rdma_init_qp_attr(id, null_mut(), &mut mask), -1);
+        assert_eq!(rdma_establish(id), -1, "nothing to establish");
+        assert_eq!(rdma_destroy_id(id), 0);
+        // A UD ID's QP gets rdma_cm's Q_Key.
+        assert_eq!(rdma_create_id(ch, &mut id, null_mut(), RDMA_PS_UDP), 0);
+        a.qp_state = IBV_QPS_INIT;
+        assert_eq!(rdma_init_qp_attr(id, &mut a, &mut mask), 0);
+        assert_eq!(a.qkey, RDMA_UDP_QKEY);
+        assert_ne!(mask as u32 & IBV_QP_QKEY, 0);
+        assert_eq!(rdma_destroy_id(id), 0);
+        rdma_destroy_event_channel(ch);
+    }
+}
+
+#[test]
+fn migrate_id_moves_the_id_and_its_unread_events() {
+    // SAFETY: valid calls on objects this test makes.
+    unsafe {
+        let (ch1, ch2) = (rdma_create_event_channel(), rdma_create_event_channel());
+        nonblocking((*ch1).fd);
+        let mut id: *mut rdma_cm_id = null_mut();
+        assert_eq!(rdma_create_id(ch1, &mut id, null_mut(), RDMA_PS_TCP), 0);
+        let events = channel_of(ch1).unwrap().events.clone();
+        events.post(Box::new(Event::new(
+            RDMA_CM_EVENT_ESTABLISHED,
+            id as usize,
+            0,
+        )));
+        assert_eq!(rdma_migrate_id(id, ch2), 0);
+        assert_eq!((*id).channel, ch2);
+        assert!(!readable((*ch1).fd), "the event left with the ID");
+        let mut e: *mut rdma_cm_event = null_mut();
+        assert_eq!(rdma_get_cm_event(ch2, &mut e), 0);
+        assert_eq!(((*e).event, (*e).id), (RDMA_CM_EVENT_ESTABLISHED, id));
+        assert_eq!(rdma_ack_cm_event(e), 0);
+        assert_eq!(rdma_migrate_id(id, null_mut()), -1);
+        assert_eq!(errno(), libc::EINVAL);
+        assert_eq!(rdma_destroy_id(id), 0);
+        rdma_destroy_event_channel(ch1);
+        rdma_destroy_event_channel(ch2);
+    }
+}
