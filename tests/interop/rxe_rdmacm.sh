@@ -4,7 +4,8 @@
 # librdmacm, the kernel's rdma_cm and rxe); in netns "peer" they run on ferroce's
 # librdmacm and libibverbs through `ferroce exec`:
 #   rping        10 pings (RDMA READ by the server, WRITE back), validated by the client
-#                (-V), 64 B and 10000 B
+#                (-V), 64 B and 10000 B; and with -q, each program's QP its own (brought
+#                up with rdma_init_qp_attr, the connection made without a QP on the ID)
 #   ucmatose     SENDs both ways over one connection, then the disconnect
 #   udaddy       UD datagrams both ways, the service found with SIDR
 #   ib_write_bw -R, ib_read_bw -R, ib_send_lat -R (perftest's rdma_cm mode)
@@ -68,6 +69,13 @@ for role in rs fs; do
       ok $name "10 pings of $size B read, written back, validated"
     else ko $name "exit codes or ping lines" "$s" "$c"; fi
   done
+  # -q: the program's own QP, brought up with rdma_init_qp_attr (both sides).
+  name=rping-q-$role
+  if pair $name $role rping -s -a "$a" -S 1000 -v -q -- rping -c -a "$a" -S 1000 -C 10 -V -v -q &&
+     [ "$(grep -c '^ping data: rdma-ping-' "$c")" = 10 ] &&
+     [ "$(grep -c '^server ping data: rdma-ping-' "$s")" = 10 ]; then
+    ok $name "10 pings of 1000 B validated, each side's QP its own (rdma_init_qp_attr, rdma_establish)"
+  else ko $name "exit codes or ping lines" "$s" "$c"; fi
   name=ucmatose-$role
   if pair $name $role ucmatose -- ucmatose -s "$a" &&
      grep -q "return status 0" "$s" && grep -q "return status 0" "$c"; then

@@ -7,6 +7,9 @@
 #                 ib_send_lat -R (perftest makes and drops a connection, then listens
 #                 again on the same port for the next at once): server in rc-b
 #                 (10.94.0.2), client in rc-a
+#                 rping -q (the program's own QP, brought up with rdma_init_qp_attr; the
+#                 connection made without a QP on the ID, then rdma_establish), on either
+#                 side and on both
 #   one host      rping on one veth end and on lo, ib_write_bw -R on lo
 #   refused       a port nobody listens on: RDMA_CM_EVENT_REJECTED with IB's reason 8
 #                 (invalid service ID), at once
@@ -52,6 +55,20 @@ rping_case rping-two-hosts $B $A 10.94.0.2 64
 rping_case rping-two-hosts-10000 $B $A 10.94.0.2 10000
 rping_case rping-one-host-veth $A $A 10.94.0.1 1000
 rping_case rping-one-host-lo $A $A 127.0.0.1 1000
+
+# rping -q: the program makes its QP itself and brings it up with rdma_init_qp_attr; the
+# CM connects without a QP on the ID (CONNECT_RESPONSE, then rdma_establish). Both sides
+# with -q, and each side alone.
+for q in "-q -q" "-q _" "_ -q"; do
+  set -- $q; sq=${1#_} cq=${2#_}; name=rping-q-two-hosts${sq:+-server}${cq:+-client}
+  [ -n "$sq" ] && [ -n "$cq" ] && name=rping-q-two-hosts
+  if run "$name" $B $A rping -s -a 10.94.0.2 -S 1000 -v $sq -- rping -c -a 10.94.0.2 -S 1000 -C 10 -V -v $cq &&
+     [ "$(grep -c '^ping data: rdma-ping-' "$c")" = 10 ] &&
+     [ "$(grep -c '^server ping data: rdma-ping-' "$s")" = 10 ]; then
+    who="the server and the client"; [ -z "$cq" ] && who="the server"; [ -z "$sq" ] && who="the client"
+    ok "$name" "10 pings validated; the program's own QP on $who (rdma_init_qp_attr, rdma_establish)"
+  else ko "$name" "exit codes or ping lines" "$s" "$c"; fi
+done
 
 for conns in 1 4; do
   if run ucmatose-c$conns $B $A ucmatose -c $conns -- ucmatose -s 10.94.0.2 -c $conns &&
