@@ -14,10 +14,9 @@ use ferroce::net::gid::gid_of;
 
 use super::channel::Event;
 use super::devices::{self, CmDevice};
-use super::id::{id_of, ret, Shared, St};
+use super::id::{api, id_of, Shared, St};
 use crate::ffi::cma_h::*;
 use crate::ffi::*;
-use crate::guard::catch;
 use libc::sockaddr;
 
 /// The socket address at `p` (AF_INET or AF_INET6).
@@ -150,20 +149,17 @@ fn bind(st: &mut St, a: SocketAddr) -> Result<(), c_int> {
 
 #[export_name = "__ferroce_rdma_bind_addr"]
 pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int {
-    catch("rdma_bind_addr", -1, || {
-        let r = (|| {
-            let id = id_of(id).ok_or(libc::EINVAL)?;
-            let a = sockaddr_of(addr)?;
-            let sh = &id.shared;
-            let mut st = sh.lock();
-            if st.src.is_some() {
-                return Err(libc::EINVAL);
-            }
-            bind(&mut st, a)?;
-            fill(sh, &mut st);
-            Ok(())
-        })();
-        ret(r)
+    api("rdma_bind_addr", || {
+        let id = id_of(id).ok_or(libc::EINVAL)?;
+        let a = sockaddr_of(addr)?;
+        let sh = &id.shared;
+        let mut st = sh.lock();
+        if st.src.is_some() {
+            return Err(libc::EINVAL);
+        }
+        bind(&mut st, a)?;
+        fill(sh, &mut st);
+        Ok(())
     })
 }
 
@@ -191,71 +187,65 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     dst_addr: *mut sockaddr,
     timeout_ms: c_int,
 ) -> c_int {
-    catch("rdma_resolve_addr", -1, || {
-        let r = (|| {
-            let id = id_of(id).ok_or(libc::EINVAL)?;
-            let dst = sockaddr_of(dst_addr)?;
-            let src = if src_addr.is_null() {
-                None
-            } else {
-                Some(sockaddr_of(src_addr)?)
-            };
-            let sh = id.shared.clone();
-            let mut st = sh.lock();
-            match resolve(&mut st, src, dst) {
-                Ok(()) => fill(&sh, &mut st),
-                Err(e) => {
-                    tracing::info!(%dst, errno = e, "rdma_resolve_addr: no ferroce device reaches it");
-                    sh.post_locked(&st, Event::new(RDMA_CM_EVENT_ADDR_ERROR, sh.me, -e));
-                    drop(st);
-                    return super::id::complete(&sh, RDMA_CM_EVENT_ADDR_RESOLVED);
-                }
+    api("rdma_resolve_addr", || {
+        let id = id_of(id).ok_or(libc::EINVAL)?;
+        let dst = sockaddr_of(dst_addr)?;
+        let src = if src_addr.is_null() {
+            None
+        } else {
+            Some(sockaddr_of(src_addr)?)
+        };
+        let sh = id.shared.clone();
+        let mut st = sh.lock();
+        match resolve(&mut st, src, dst) {
+            Ok(()) => fill(&sh, &mut st),
+            Err(e) => {
+                tracing::info!(%dst, errno = e, "rdma_resolve_addr: no ferroce device reaches it");
+                sh.post_locked(&st, Event::new(RDMA_CM_EVENT_ADDR_ERROR, sh.me, -e));
+                drop(st);
+                return super::id::complete(&sh, RDMA_CM_EVENT_ADDR_RESOLVED);
             }
-            let dev = st.dev.clone().ok_or(libc::ENODEV)?;
-            drop(st);
-            // The peer must answer ARP (neighbour discovery) within the time given, as
-            // with rdma_cm; that wait is a thread's.
-            let wait = Duration::from_millis(if timeout_ms > 0 {
-                timeout_ms as u64
-            } else {
-                2000
-            });
-            let waiter = sh.clone();
-            std::thread::Builder::new()
-                .name("ferroce-rdma-addr".into())
-                .spawn(move || {
-                    let e = match dev.cm.resolve_neighbor(dst.ip(), wait) {
-                        Ok(()) => Event::new(RDMA_CM_EVENT_ADDR_RESOLVED, sh.me, 0),
-                        Err(err) => {
-                            tracing::info!(%dst, %err, "rdma_resolve_addr: no answer from it");
-                            Event::new(RDMA_CM_EVENT_ADDR_ERROR, sh.me, -libc::ETIMEDOUT)
-                        }
-                    };
-                    sh.post(e);
-                })
-                .map_err(|_| libc::EAGAIN)?;
-            super::id::complete(&waiter, RDMA_CM_EVENT_ADDR_RESOLVED)
-        })();
-        ret(r)
+        }
+        let dev = st.dev.clone().ok_or(libc::ENODEV)?;
+        drop(st);
+        // The peer must answer ARP (neighbour discovery) within the time given, as
+        // with rdma_cm; that wait is a thread's.
+        let wait = Duration::from_millis(if timeout_ms > 0 {
+            timeout_ms as u64
+        } else {
+            2000
+        });
+        let waiter = sh.clone();
+        std::thread::Builder::new()
+            .name("ferroce-rdma-addr".into())
+            .spawn(move || {
+                let e = match dev.cm.resolve_neighbor(dst.ip(), wait) {
+                    Ok(()) => Event::new(RDMA_CM_EVENT_ADDR_RESOLVED, sh.me, 0),
+                    Err(err) => {
+                        tracing::info!(%dst, %err, "rdma_resolve_addr: no answer from it");
+                        Event::new(RDMA_CM_EVENT_ADDR_ERROR, sh.me, -libc::ETIMEDOUT)
+                    }
+                };
+                sh.post(e);
+            })
+            .map_err(|_| libc::EAGAIN)?;
+        super::id::complete(&waiter, RDMA_CM_EVENT_ADDR_RESOLVED)
     })
 }
 
 #[export_name = "__ferroce_rdma_resolve_route"]
 pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
-    catch("rdma_resolve_route", -1, || {
-        let r = (|| {
-            let id = id_of(id).ok_or(libc::EINVAL)?;
-            let sh = &id.shared;
-            let st = sh.lock();
-            if st.dst.is_none() || st.dev.is_none() {
-                return Err(libc::EINVAL);
-            }
-            // The path is the address pair: RoCE has no subnet manager to ask, and the
-            // peer's MAC is resolved when the REQ goes out.
-            sh.post_locked(&st, Event::new(RDMA_CM_EVENT_ROUTE_RESOLVED, sh.me, 0));
-            drop(st);
-            super::id::complete(sh, RDMA_CM_EVENT_ROUTE_RESOLVED)
-        })();
-        ret(r)
+    api("rdma_resolve_route", || {
+        let id = id_of(id).ok_or(libc::EINVAL)?;
+        let sh = &id.shared;
+        let st = sh.lock();
+        if st.dst.is_none() || st.dev.is_none() {
+            return Err(libc::EINVAL);
+        }
+        // The path is the address pair: RoCE has no subnet manager to ask, and the
+        // peer's MAC is resolved when the REQ goes out.
+        sh.post_locked(&st, Event::new(RDMA_CM_EVENT_ROUTE_RESOLVED, sh.me, 0));
+        drop(st);
+        super::id::complete(sh, RDMA_CM_EVENT_ROUTE_RESOLVED)
     })
 }

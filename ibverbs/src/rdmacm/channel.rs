@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 use std::ffi::c_int;
 use std::os::fd::AsRawFd;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use ferroce::link::eventfd::EventFd;
 
@@ -22,6 +22,34 @@ pub(crate) struct Event {
     /// Must come first: C's `rdma_cm_event *` points at it.
     pub c: rdma_cm_event,
     pub private: Vec<u8>,
+    /// The count of its ID's events handed out and not yet acknowledged.
+    pub unacked: Option<Arc<Unacked>>,
+}
+
+/// An ID's events handed to the program and not acknowledged yet: rdma_destroy_id waits
+/// for them, as rdma_cm's does (a program's event thread then goes back to waiting on the
+/// channel before the program tears it down).
+#[derive(Default)]
+pub(crate) struct Unacked {
+    n: Mutex<usize>,
+    acked: Condvar,
+}
+
+impl Unacked {
+    fn add(&self, d: isize) {
+        let mut n = self.n.lock().unwrap_or_else(PoisonError::into_inner);
+        *n = n.saturating_add_signed(d);
+        self.acked.notify_all();
+    }
+
+    /// Waits (at most `limit`) until every event handed out is acknowledged.
+    pub(crate) fn wait(&self, limit: std::time::Duration) {
+        let n = self.n.lock().unwrap_or_else(PoisonError::into_inner);
+        let _ = self
+            .acked
+            .wait_timeout_while(n, limit, |n| *n > 0)
+            .unwrap_or_else(PoisonError::into_inner);
+    }
 }
 
 // SAFETY: the raw pointers inside are C handles (IDs) and a pointer into `private`,
@@ -39,6 +67,7 @@ impl Event {
         Event {
             c,
             private: Vec::new(),
+            unacked: None,
         }
     }
 }
@@ -180,8 +209,13 @@ pub unsafe extern "C" fn rdma_get_cm_event(
             set_errno(libc::EINVAL);
             return -1;
         }
-        match ch.events.next() {
+        // Its own reference: the program may destroy the channel while this waits.
+        let events = ch.events.clone();
+        match events.next() {
             Ok(e) => {
+                if let Some(u) = &e.unacked {
+                    u.add(1);
+                }
                 let p = handles::insert(e, Kind::CmEvent);
                 // SAFETY: `event` is non-NULL, and the caller's to write (the API's contract).
                 unsafe { *event = p.cast() };
@@ -199,7 +233,12 @@ pub unsafe extern "C" fn rdma_get_cm_event(
 pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
     catch("rdma_ack_cm_event", -1, || {
         match handles::remove(event as *mut Event, Kind::CmEvent) {
-            Some(_) => 0,
+            Some(e) => {
+                if let Some(u) = &e.unacked {
+                    u.add(-1);
+                }
+                0
+            }
             None => {
                 set_errno(libc::EINVAL);
                 -1

@@ -22,7 +22,7 @@ use ferroce_wire::cm::rdma_cm;
 use super::addr::fill;
 use super::channel::Event;
 use super::devices::{self, CmDevice};
-use super::id::{self, complete, id_of, ret, Pending, Shared};
+use super::id::{self, api, complete, id_of, last_errno, own_event, Pending, Shared};
 use crate::ffi::cma_h::*;
 use crate::ffi::*;
 use crate::guard::{catch, set_errno};
@@ -49,55 +49,52 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), c_int> {
 
 #[export_name = "__ferroce_rdma_listen"]
 pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_int {
-    catch("rdma_listen", -1, || {
-        let r = (|| {
-            let id = id_of(id).ok_or(libc::EINVAL)?;
-            let sh = id.shared.clone();
-            let mut st = sh.lock();
-            let src = st.src.ok_or(libc::EINVAL)?;
-            if !st.listening.is_empty() {
-                return Err(libc::EINVAL);
-            }
-            let devs = match &st.dev {
-                Some(d) => vec![d.clone()],
-                None => devices::all(),
-            };
-            if devs.is_empty() {
-                return Err(libc::ENODEV);
-            }
-            let ud = st.ps == RDMA_PS_UDP;
-            let port = src.port();
-            {
-                let mut l = listeners();
-                for d in &devs {
-                    let key = (d.name.clone(), ud, port);
-                    if !take_over(&mut l, &key) {
-                        let r = if ud {
-                            d.cm.listen_ud(port)
-                        } else {
-                            d.cm.listen(port)
-                        };
-                        if r.is_err() {
-                            drop(l);
-                            for d in st.listening.drain(..) {
-                                stop_listening(d, ud, port);
-                            }
-                            return Err(libc::EADDRINUSE);
+    api("rdma_listen", || {
+        let id = id_of(id).ok_or(libc::EINVAL)?;
+        let sh = id.shared.clone();
+        let mut st = sh.lock();
+        let src = st.src.ok_or(libc::EINVAL)?;
+        if !st.listening.is_empty() {
+            return Err(libc::EINVAL);
+        }
+        let devs = match &st.dev {
+            Some(d) => vec![d.clone()],
+            None => devices::all(),
+        };
+        if devs.is_empty() {
+            return Err(libc::ENODEV);
+        }
+        let ud = st.ps == RDMA_PS_UDP;
+        let port = src.port();
+        {
+            let mut l = listeners();
+            for d in &devs {
+                let key = (d.name.clone(), ud, port);
+                if !take_over(&mut l, &key) {
+                    let r = if ud {
+                        d.cm.listen_ud(port)
+                    } else {
+                        d.cm.listen(port)
+                    };
+                    if r.is_err() {
+                        drop(l);
+                        for d in st.listening.drain(..) {
+                            stop_listening(d, ud, port);
                         }
+                        return Err(libc::EADDRINUSE);
                     }
-                    l.retain(|(k, w)| *k != key && w.strong_count() > 0);
-                    l.push((key, Arc::downgrade(&sh)));
-                    st.listening.push(d.clone());
                 }
+                l.retain(|(k, w)| *k != key && w.strong_count() > 0);
+                l.push((key, Arc::downgrade(&sh)));
+                st.listening.push(d.clone());
             }
-            drop(st);
-            for d in devs {
-                let sh = sh.clone();
-                spawn("ferroce-rdma-listen", move || listener(sh, d, port, ud))?;
-            }
-            Ok(())
-        })();
-        ret(r)
+        }
+        drop(st);
+        for d in devs {
+            let sh = sh.clone();
+            spawn("ferroce-rdma-listen", move || listener(sh, d, port, ud))?;
+        }
+        Ok(())
     })
 }
 
@@ -277,6 +274,7 @@ fn new_request(
         unsafe { rdma_destroy_id(child.cast()) };
         return;
     }
+    e.unacked = Some(csh.unacked.clone());
     listen.events().post(Box::new(e));
 }
 
@@ -353,103 +351,99 @@ pub unsafe extern "C" fn rdma_connect(
     id: *mut rdma_cm_id,
     conn_param: *mut rdma_conn_param,
 ) -> c_int {
-    catch("rdma_connect", -1, || {
-        let r = (|| {
-            let cid = id_of(id).ok_or(libc::EINVAL)?;
-            let sh = cid.shared.clone();
-            let st = sh.lock();
-            let (dev, dst) = match (&st.dev, st.dst) {
-                (Some(d), Some(a)) => (d.clone(), a),
-                _ => return Err(libc::EINVAL),
-            };
-            let ud = st.ps == RDMA_PS_UDP;
-            drop(st);
-            let data = private_of(conn_param);
-            let waiter = sh.clone();
-            if ud {
-                spawn("ferroce-rdma-connect", move || {
-                    let e = match dev.cm.resolve_ud(dst.ip(), dst.port(), ANSWER) {
-                        Ok(svc) => {
-                            let mut e = Event::new(RDMA_CM_EVENT_ESTABLISHED, sh.me, 0);
-                            match dev.cm.address_vector(svc.remote) {
-                                Ok(av) => {
-                                    e.c.param.ud = ManuallyDrop::new(rdma_ud_param {
-                                        private_data: std::ptr::null(),
-                                        private_data_len: 0,
-                                        ah_attr: ah_attr_of(&av),
-                                        qp_num: svc.qpn,
-                                        qkey: svc.qkey,
-                                    });
-                                    e
-                                }
-                                Err(err) => Event::new(
-                                    RDMA_CM_EVENT_ADDR_ERROR,
-                                    sh.me,
-                                    -crate::guard::errno_of(&err),
-                                ),
-                            }
-                        }
-                        Err(f) => failure_event(sh.me, &f),
-                    };
-                    sh.post(e);
-                })?;
-                return complete(&waiter, RDMA_CM_EVENT_ESTABLISHED);
-            }
-            // With a QP on the ID, the library brings it to RTS and sends the RTU; without
-            // one (rping -q, UCX), the REQ names the program's `qp_num`, the REP becomes
-            // CONNECT_RESPONSE, and rdma_establish sends the RTU once the program has
-            // brought its QP up (rdma_init_qp_attr gives the attributes).
-            let qp = match qp_of(cid.qp()) {
-                Some(q) => Some(q.inner.clone()),
-                None if !conn_param.is_null() => None,
-                None => return Err(libc::EINVAL),
-            };
-            let qpn = match &qp {
-                Some(q) => q.qpn(),
-                // SAFETY: non-NULL, the caller's rdma_conn_param.
-                None => unsafe { (*conn_param).qp_num },
-            };
+    api("rdma_connect", || {
+        let cid = id_of(id).ok_or(libc::EINVAL)?;
+        let sh = cid.shared.clone();
+        let st = sh.lock();
+        let (dev, dst) = match (&st.dev, st.dst) {
+            (Some(d), Some(a)) => (d.clone(), a),
+            _ => return Err(libc::EINVAL),
+        };
+        let ud = st.ps == RDMA_PS_UDP;
+        drop(st);
+        let data = private_of(conn_param);
+        let waiter = sh.clone();
+        if ud {
             spawn("ferroce-rdma-connect", move || {
-                let (conn, path) = match dev.cm.request_rc(qpn, dst.ip(), dst.port(), &data, ANSWER)
-                {
-                    Ok(r) => r,
-                    Err(f) => {
-                        sh.post(failure_event(sh.me, &f));
-                        return;
+                let e = match dev.cm.resolve_ud(dst.ip(), dst.port(), ANSWER) {
+                    Ok(svc) => {
+                        let mut e = Event::new(RDMA_CM_EVENT_ESTABLISHED, sh.me, 0);
+                        match dev.cm.address_vector(svc.remote) {
+                            Ok(av) => {
+                                e.c.param.ud = ManuallyDrop::new(rdma_ud_param {
+                                    private_data: std::ptr::null(),
+                                    private_data_len: 0,
+                                    ah_attr: ah_attr_of(&av),
+                                    qp_num: svc.qpn,
+                                    qkey: svc.qkey,
+                                });
+                                e
+                            }
+                            Err(err) => Event::new(
+                                RDMA_CM_EVENT_ADDR_ERROR,
+                                sh.me,
+                                -crate::guard::errno_of(&err),
+                            ),
+                        }
                     }
+                    Err(f) => failure_event(sh.me, &f),
                 };
-                if let Some(q) = &qp {
-                    let up = q.connect(&path).map_err(CmFailure::from);
-                    if let Err(f) = up.and_then(|()| dev.cm.establish(conn.id)) {
-                        let _ = dev.cm.disconnect(conn.id, Duration::ZERO);
-                        sh.post(failure_event(sh.me, &f));
-                        return;
-                    }
-                }
-                let mut st = sh.lock();
-                st.conn = Some(conn.id);
-                st.path = Some(path);
-                st.awaiting_establish = qp.is_none();
-                let kind = if qp.is_some() {
-                    RDMA_CM_EVENT_ESTABLISHED
-                } else {
-                    RDMA_CM_EVENT_CONNECT_RESPONSE
-                };
-                let mut e = Event::new(kind, sh.me, 0);
-                e.c.param.conn = ManuallyDrop::new(rdma_conn_param {
-                    qp_num: conn.remote_qpn,
-                    ..zero_conn_param()
-                });
-                e.private = conn.private_data;
-                let posted = sh.post_locked(&st, e);
-                drop(st);
-                if posted && qp.is_some() {
-                    watch_disconnect(sh, dev, conn.id);
-                }
+                sh.post(e);
             })?;
-            complete(&waiter, RDMA_CM_EVENT_ESTABLISHED)
-        })();
-        ret(r)
+            return complete(&waiter, RDMA_CM_EVENT_ESTABLISHED);
+        }
+        // With a QP on the ID, the library brings it to RTS and sends the RTU; without
+        // one (rping -q, UCX), the REQ names the program's `qp_num`, the REP becomes
+        // CONNECT_RESPONSE, and rdma_establish sends the RTU once the program has
+        // brought its QP up (rdma_init_qp_attr gives the attributes).
+        let qp = match qp_of(cid.qp()) {
+            Some(q) => Some(q.inner.clone()),
+            None if !conn_param.is_null() => None,
+            None => return Err(libc::EINVAL),
+        };
+        let qpn = match &qp {
+            Some(q) => q.qpn(),
+            // SAFETY: non-NULL, the caller's rdma_conn_param.
+            None => unsafe { (*conn_param).qp_num },
+        };
+        spawn("ferroce-rdma-connect", move || {
+            let (conn, path) = match dev.cm.request_rc(qpn, dst.ip(), dst.port(), &data, ANSWER) {
+                Ok(r) => r,
+                Err(f) => {
+                    sh.post(failure_event(sh.me, &f));
+                    return;
+                }
+            };
+            if let Some(q) = &qp {
+                let up = q.connect(&path).map_err(CmFailure::from);
+                if let Err(f) = up.and_then(|()| dev.cm.establish(conn.id)) {
+                    let _ = dev.cm.disconnect(conn.id, Duration::ZERO);
+                    sh.post(failure_event(sh.me, &f));
+                    return;
+                }
+            }
+            let mut st = sh.lock();
+            st.conn = Some(conn.id);
+            st.path = Some(path);
+            st.awaiting_establish = qp.is_none();
+            let kind = if qp.is_some() {
+                RDMA_CM_EVENT_ESTABLISHED
+            } else {
+                RDMA_CM_EVENT_CONNECT_RESPONSE
+            };
+            let mut e = Event::new(kind, sh.me, 0);
+            e.c.param.conn = ManuallyDrop::new(rdma_conn_param {
+                qp_num: conn.remote_qpn,
+                ..zero_conn_param()
+            });
+            e.private = conn.private_data;
+            let posted = sh.post_locked(&st, e);
+            drop(st);
+            if posted && qp.is_some() {
+                watch_disconnect(sh, dev, conn.id);
+            }
+        })?;
+        complete(&waiter, RDMA_CM_EVENT_ESTABLISHED)
     })
 }
 
@@ -458,69 +452,66 @@ pub unsafe extern "C" fn rdma_accept(
     id: *mut rdma_cm_id,
     conn_param: *mut rdma_conn_param,
 ) -> c_int {
-    catch("rdma_accept", -1, || {
-        let r = (|| {
-            let cid = id_of(id).ok_or(libc::EINVAL)?;
-            let sh = cid.shared.clone();
-            let qp = qp_of(cid.qp());
-            let mut st = sh.lock();
-            let dev = st.dev.clone().ok_or(libc::EINVAL)?;
-            let data = private_of(conn_param);
-            // The QP: the ID's, else the program's own, named in `conn_param` (its
-            // program brings it up with rdma_init_qp_attr).
-            let qpn = match (&qp, conn_param.is_null()) {
-                (Some(q), _) => q.inner.qpn(),
-                // SAFETY: non-NULL, the caller's rdma_conn_param.
-                (None, false) => unsafe { (*conn_param).qp_num },
-                (None, true) => return Err(libc::EINVAL),
-            };
-            match st.request.take() {
-                Some(Pending::Ud(r)) => {
-                    let qkey = RDMA_UDP_QKEY;
-                    dev.cm.accept_ud(&r, qpn, qkey).map_err(|_| libc::EINVAL)?;
-                    Ok(())
-                }
-                Some(Pending::Rc(r)) => {
-                    let Some(path) = st.path else {
-                        return Err(libc::EINVAL);
-                    };
-                    let up = match &qp {
-                        Some(q) => q.inner.connect(&path).map_err(CmFailure::from),
-                        None => Ok(()),
-                    };
-                    let conn = match up.and_then(|()| dev.cm.accept_with(&r, qpn, &path, &data)) {
-                        Ok(c) => c,
-                        Err(f) => {
-                            tracing::info!(%f, "rdma_accept failed");
-                            st.request = Some(Pending::Rc(r));
-                            return Err(match f {
-                                CmFailure::Verbs(e) => crate::guard::errno_of(&e),
-                                _ => libc::EINVAL,
-                            });
-                        }
-                    };
-                    st.conn = Some(conn.id);
-                    drop(st);
-                    let sh2 = sh.clone();
-                    spawn("ferroce-rdma-accept", move || {
-                        match dev.cm.wait_established(conn.id, ANSWER) {
-                            Ok(()) => {
-                                let e = Event::new(RDMA_CM_EVENT_ESTABLISHED, sh2.me, 0);
-                                if sh2.post(e) {
-                                    watch_disconnect(sh2, dev, conn.id);
-                                }
-                            }
-                            Err(f) => {
-                                sh2.post(failure_event(sh2.me, &f));
-                            }
-                        }
-                    })?;
-                    complete(&sh, RDMA_CM_EVENT_ESTABLISHED)
-                }
-                None => Err(libc::EINVAL),
+    api("rdma_accept", || {
+        let cid = id_of(id).ok_or(libc::EINVAL)?;
+        let sh = cid.shared.clone();
+        let qp = qp_of(cid.qp());
+        let mut st = sh.lock();
+        let dev = st.dev.clone().ok_or(libc::EINVAL)?;
+        let data = private_of(conn_param);
+        // The QP: the ID's, else the program's own, named in `conn_param` (its
+        // program brings it up with rdma_init_qp_attr).
+        let qpn = match (&qp, conn_param.is_null()) {
+            (Some(q), _) => q.inner.qpn(),
+            // SAFETY: non-NULL, the caller's rdma_conn_param.
+            (None, false) => unsafe { (*conn_param).qp_num },
+            (None, true) => return Err(libc::EINVAL),
+        };
+        match st.request.take() {
+            Some(Pending::Ud(r)) => {
+                let qkey = RDMA_UDP_QKEY;
+                dev.cm.accept_ud(&r, qpn, qkey).map_err(|_| libc::EINVAL)?;
+                Ok(())
             }
-        })();
-        ret(r)
+            Some(Pending::Rc(r)) => {
+                let Some(path) = st.path else {
+                    return Err(libc::EINVAL);
+                };
+                let up = match &qp {
+                    Some(q) => q.inner.connect(&path).map_err(CmFailure::from),
+                    None => Ok(()),
+                };
+                let conn = match up.and_then(|()| dev.cm.accept_with(&r, qpn, &path, &data)) {
+                    Ok(c) => c,
+                    Err(f) => {
+                        tracing::info!(%f, "rdma_accept failed");
+                        st.request = Some(Pending::Rc(r));
+                        return Err(match f {
+                            CmFailure::Verbs(e) => crate::guard::errno_of(&e),
+                            _ => libc::EINVAL,
+                        });
+                    }
+                };
+                st.conn = Some(conn.id);
+                drop(st);
+                let sh2 = sh.clone();
+                spawn("ferroce-rdma-accept", move || {
+                    match dev.cm.wait_established(conn.id, ANSWER) {
+                        Ok(()) => {
+                            let e = Event::new(RDMA_CM_EVENT_ESTABLISHED, sh2.me, 0);
+                            if sh2.post(e) {
+                                watch_disconnect(sh2, dev, conn.id);
+                            }
+                        }
+                        Err(f) => {
+                            sh2.post(failure_event(sh2.me, &f));
+                        }
+                    }
+                })?;
+                complete(&sh, RDMA_CM_EVENT_ESTABLISHED)
+            }
+            None => Err(libc::EINVAL),
+        }
     })
 }
 
@@ -530,65 +521,59 @@ pub unsafe extern "C" fn rdma_reject(
     private_data: *const c_void,
     private_data_len: u8,
 ) -> c_int {
-    catch("rdma_reject", -1, || {
-        let r = (|| {
-            let cid = id_of(id).ok_or(libc::EINVAL)?;
-            let mut st = cid.shared.lock();
-            let dev = st.dev.clone().ok_or(libc::EINVAL)?;
-            let data = if private_data.is_null() {
-                Vec::new()
-            } else {
-                // SAFETY: `private_data_len` bytes at a non-NULL pointer, the caller's.
-                unsafe {
-                    std::slice::from_raw_parts(private_data.cast::<u8>(), private_data_len as usize)
-                }
-                .to_vec()
-            };
-            match st.request.take() {
-                Some(Pending::Rc(r)) => dev.cm.reject(&r, &data).map_err(|_| libc::EINVAL),
-                Some(Pending::Ud(r)) => dev.cm.reject_ud(&r).map_err(|_| libc::EINVAL),
-                None => Err(libc::EINVAL),
+    api("rdma_reject", || {
+        let cid = id_of(id).ok_or(libc::EINVAL)?;
+        let mut st = cid.shared.lock();
+        let dev = st.dev.clone().ok_or(libc::EINVAL)?;
+        let data = if private_data.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: `private_data_len` bytes at a non-NULL pointer, the caller's.
+            unsafe {
+                std::slice::from_raw_parts(private_data.cast::<u8>(), private_data_len as usize)
             }
-        })();
-        ret(r)
+            .to_vec()
+        };
+        match st.request.take() {
+            Some(Pending::Rc(r)) => dev.cm.reject(&r, &data).map_err(|_| libc::EINVAL),
+            Some(Pending::Ud(r)) => dev.cm.reject_ud(&r).map_err(|_| libc::EINVAL),
+            None => Err(libc::EINVAL),
+        }
     })
 }
 
 #[export_name = "__ferroce_rdma_disconnect"]
 pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
-    catch("rdma_disconnect", -1, || {
-        let r = (|| {
-            let cid = id_of(id).ok_or(libc::EINVAL)?;
-            let sh = cid.shared.clone();
-            let qp = qp_of(cid.qp());
-            let mut st = sh.lock();
-            let (Some(conn), Some(dev)) = (st.conn, st.dev.clone()) else {
-                return Err(libc::EINVAL);
-            };
-            if st.closing {
-                return Ok(());
-            }
-            st.closing = true;
-            let peer_asked = st.disconnected;
-            drop(st);
-            // What the QP still holds completes with a flush, as with rdma_cm.
-            if let Some(q) = qp {
-                to_error(&q.inner);
-            }
-            // The DREQ (or the DREP to the peer's) leaves now, as from rdma_cm: a program
-            // that exits right after rdma_disconnect still tells its peer.
-            let answered = dev.cm.begin_disconnect(conn).map_err(|_| libc::EINVAL)?;
-            if peer_asked || answered {
-                // The DREP to the peer's DREQ; DISCONNECTED was (or is now) posted.
-                sh.post_disconnected();
-                return Ok(());
-            }
-            spawn("ferroce-rdma-disconnect", move || {
-                let _ = dev.cm.wait_disconnected(conn, DREP);
-                sh.post_disconnected();
-            })
-        })();
-        ret(r)
+    api("rdma_disconnect", || {
+        let cid = id_of(id).ok_or(libc::EINVAL)?;
+        let sh = cid.shared.clone();
+        let qp = qp_of(cid.qp());
+        let mut st = sh.lock();
+        let (Some(conn), Some(dev)) = (st.conn, st.dev.clone()) else {
+            return Err(libc::EINVAL);
+        };
+        if st.closing {
+            return Ok(());
+        }
+        st.closing = true;
+        let peer_asked = st.disconnected;
+        drop(st);
+        // What the QP still holds completes with a flush, as with rdma_cm.
+        if let Some(q) = qp {
+            to_error(&q.inner);
+        }
+        // The DREQ (or the DREP to the peer's) leaves now, as from rdma_cm: a program
+        // that exits right after rdma_disconnect still tells its peer.
+        let answered = dev.cm.begin_disconnect(conn).map_err(|_| libc::EINVAL)?;
+        if peer_asked || answered {
+            // The DREP to the peer's DREQ; DISCONNECTED was (or is now) posted.
+            sh.post_disconnected();
+            return Ok(());
+        }
+        spawn("ferroce-rdma-disconnect", move || {
+            let _ = dev.cm.wait_disconnected(conn, DREP);
+            sh.post_disconnected();
+        })
     })
 }
 
@@ -602,23 +587,19 @@ fn to_error(qp: &ferroce::verbs::QueuePair) {
 
 #[export_name = "__ferroce_rdma_establish"]
 pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
-    catch("rdma_establish", -1, || {
-        let r = (|| {
-            let cid = id_of(id).ok_or(libc::EINVAL)?;
-            let sh = cid.shared.clone();
-            let mut st = sh.lock();
-            let (Some(conn), Some(dev), true) = (st.conn, st.dev.clone(), st.awaiting_establish)
-            else {
-                return Err(libc::EINVAL);
-            };
-            // The RTU: the program has brought its QP to RTS.
-            dev.cm.establish(conn).map_err(|_| libc::EINVAL)?;
-            st.awaiting_establish = false;
-            drop(st);
-            watch_disconnect(sh, dev, conn);
-            Ok(())
-        })();
-        ret(r)
+    api("rdma_establish", || {
+        let cid = id_of(id).ok_or(libc::EINVAL)?;
+        let sh = cid.shared.clone();
+        let mut st = sh.lock();
+        let (Some(conn), Some(dev), true) = (st.conn, st.dev.clone(), st.awaiting_establish) else {
+            return Err(libc::EINVAL);
+        };
+        // The RTU: the program has brought its QP to RTS.
+        dev.cm.establish(conn).map_err(|_| libc::EINVAL)?;
+        st.awaiting_establish = false;
+        drop(st);
+        watch_disconnect(sh, dev, conn);
+        Ok(())
     })
 }
 
@@ -633,76 +614,72 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
     qp_attr: *mut ibv_qp_attr,
     qp_attr_mask: *mut c_int,
 ) -> c_int {
-    catch("rdma_init_qp_attr", -1, || {
-        let r = (|| {
-            let cid = id_of(id).ok_or(libc::EINVAL)?;
-            if qp_attr.is_null() || qp_attr_mask.is_null() {
-                return Err(libc::EINVAL);
+    api("rdma_init_qp_attr", || {
+        let cid = id_of(id).ok_or(libc::EINVAL)?;
+        if qp_attr.is_null() || qp_attr_mask.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: non-NULL, the caller's whole ibv_qp_attr; `qp_state` says which.
+        let a = unsafe { &mut *qp_attr };
+        let st = cid.shared.lock();
+        let ud = st.ps == RDMA_PS_UDP;
+        let mut mask = IBV_QP_STATE;
+        match (a.qp_state, st.path) {
+            (IBV_QPS_INIT, _) => {
+                a.pkey_index = 0;
+                a.port_num = 1;
+                mask |= IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+                if ud {
+                    a.qkey = RDMA_UDP_QKEY;
+                    mask |= IBV_QP_QKEY;
+                } else {
+                    a.qp_access_flags =
+                        IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+                    mask |= IBV_QP_ACCESS_FLAGS;
+                }
             }
-            // SAFETY: non-NULL, the caller's whole ibv_qp_attr; `qp_state` says which.
-            let a = unsafe { &mut *qp_attr };
-            let st = cid.shared.lock();
-            let ud = st.ps == RDMA_PS_UDP;
-            let mut mask = IBV_QP_STATE;
-            match (a.qp_state, st.path) {
-                (IBV_QPS_INIT, _) => {
-                    a.pkey_index = 0;
-                    a.port_num = 1;
-                    mask |= IBV_QP_PKEY_INDEX | IBV_QP_PORT;
-                    if ud {
-                        a.qkey = RDMA_UDP_QKEY;
-                        mask |= IBV_QP_QKEY;
-                    } else {
-                        a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE
-                            | IBV_ACCESS_REMOTE_READ
-                            | IBV_ACCESS_REMOTE_ATOMIC;
-                        mask |= IBV_QP_ACCESS_FLAGS;
-                    }
-                }
-                (IBV_QPS_RTR, _) if ud => {}
-                (IBV_QPS_RTS, _) if ud => {
-                    a.sq_psn = 0;
-                    mask |= IBV_QP_SQ_PSN;
-                }
-                (IBV_QPS_RTR, Some(p)) => {
-                    a.path_mtu = ibv_mtu_of(p.mtu);
-                    a.dest_qp_num = p.dest_qpn;
-                    a.rq_psn = p.rq_psn;
-                    a.max_dest_rd_atomic = p.max_dest_rd_atomic;
-                    a.min_rnr_timer = p.min_rnr_timer;
-                    let av = ferroce_transport::AddressVector {
-                        sgid_index: p.sgid_index,
-                        traffic_class: p.traffic_class,
-                        ..ferroce_transport::AddressVector::new(p.dest_gid)
-                    };
-                    a.ah_attr = ah_attr_of(&av);
-                    mask |= IBV_QP_AV
-                        | IBV_QP_PATH_MTU
-                        | IBV_QP_DEST_QPN
-                        | IBV_QP_RQ_PSN
-                        | IBV_QP_MAX_DEST_RD_ATOMIC
-                        | IBV_QP_MIN_RNR_TIMER;
-                }
-                (IBV_QPS_RTS, Some(p)) => {
-                    a.sq_psn = p.sq_psn;
-                    a.timeout = p.timeout;
-                    a.retry_cnt = p.retry_cnt;
-                    a.rnr_retry = p.rnr_retry;
-                    a.max_rd_atomic = p.max_rd_atomic;
-                    mask |= IBV_QP_SQ_PSN
-                        | IBV_QP_TIMEOUT
-                        | IBV_QP_RETRY_CNT
-                        | IBV_QP_RNR_RETRY
-                        | IBV_QP_MAX_QP_RD_ATOMIC;
-                }
-                // RTR and RTS need the peer: a request taken, or a reply come.
-                _ => return Err(libc::EINVAL),
+            (IBV_QPS_RTR, _) if ud => {}
+            (IBV_QPS_RTS, _) if ud => {
+                a.sq_psn = 0;
+                mask |= IBV_QP_SQ_PSN;
             }
-            // SAFETY: non-NULL, the caller's.
-            unsafe { *qp_attr_mask = mask as c_int };
-            Ok(())
-        })();
-        ret(r)
+            (IBV_QPS_RTR, Some(p)) => {
+                a.path_mtu = ibv_mtu_of(p.mtu);
+                a.dest_qp_num = p.dest_qpn;
+                a.rq_psn = p.rq_psn;
+                a.max_dest_rd_atomic = p.max_dest_rd_atomic;
+                a.min_rnr_timer = p.min_rnr_timer;
+                let av = ferroce_transport::AddressVector {
+                    sgid_index: p.sgid_index,
+                    traffic_class: p.traffic_class,
+                    ..ferroce_transport::AddressVector::new(p.dest_gid)
+                };
+                a.ah_attr = ah_attr_of(&av);
+                mask |= IBV_QP_AV
+                    | IBV_QP_PATH_MTU
+                    | IBV_QP_DEST_QPN
+                    | IBV_QP_RQ_PSN
+                    | IBV_QP_MAX_DEST_RD_ATOMIC
+                    | IBV_QP_MIN_RNR_TIMER;
+            }
+            (IBV_QPS_RTS, Some(p)) => {
+                a.sq_psn = p.sq_psn;
+                a.timeout = p.timeout;
+                a.retry_cnt = p.retry_cnt;
+                a.rnr_retry = p.rnr_retry;
+                a.max_rd_atomic = p.max_rd_atomic;
+                mask |= IBV_QP_SQ_PSN
+                    | IBV_QP_TIMEOUT
+                    | IBV_QP_RETRY_CNT
+                    | IBV_QP_RNR_RETRY
+                    | IBV_QP_MAX_QP_RD_ATOMIC;
+            }
+            // RTR and RTS need the peer: a request taken, or a reply come.
+            _ => return Err(libc::EINVAL),
+        }
+        // SAFETY: non-NULL, the caller's.
+        unsafe { *qp_attr_mask = mask as c_int };
+        Ok(())
     })
 }
 
@@ -711,43 +688,29 @@ pub unsafe extern "C" fn rdma_get_request(
     listen: *mut rdma_cm_id,
     id: *mut *mut rdma_cm_id,
 ) -> c_int {
-    catch("rdma_get_request", -1, || {
-        let r = (|| {
-            let l = id_of(listen).ok_or(libc::EINVAL)?;
-            if id.is_null() {
-                return Err(libc::EINVAL);
+    api("rdma_get_request", || {
+        let l = id_of(listen).ok_or(libc::EINVAL)?;
+        if id.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let ch = l.shared.own_channel.ok_or(libc::EINVAL)?;
+        let (kind, status, child) = own_event(ch)?;
+        match kind {
+            RDMA_CM_EVENT_CONNECT_REQUEST => {}
+            RDMA_CM_EVENT_REJECTED => return Err(libc::ECONNREFUSED),
+            _ if status < 0 => return Err(-status),
+            _ => return Err(libc::EINVAL),
+        }
+        let ep_qp = l.shared.lock().ep_qp;
+        if let Some(mut ep) = ep_qp {
+            // SAFETY: `child` is the request's live ID; `attr` a copy.
+            if unsafe { super::qp::rdma_create_qp(child, ep.pd, &mut ep.attr) } != 0 {
+                return Err(last_errno());
             }
-            let ch = l.shared.own_channel.ok_or(libc::EINVAL)?;
-            let mut e: *mut rdma_cm_event = std::ptr::null_mut();
-            // SAFETY: the listener's own live channel; `e` a local.
-            if unsafe { super::channel::rdma_get_cm_event(ch as *mut rdma_event_channel, &mut e) }
-                != 0
-            {
-                return Err(std::io::Error::last_os_error()
-                    .raw_os_error()
-                    .unwrap_or(libc::EIO));
-            }
-            // SAFETY: live until acked.
-            let (kind, child) = unsafe { ((*e).event, (*e).id) };
-            // SAFETY: as above.
-            unsafe { super::channel::rdma_ack_cm_event(e) };
-            if kind != RDMA_CM_EVENT_CONNECT_REQUEST {
-                return Err(libc::EINVAL);
-            }
-            let ep_qp = l.shared.lock().ep_qp;
-            if let Some(mut ep) = ep_qp {
-                // SAFETY: `child` is the request's live ID; `attr` a copy.
-                if unsafe { super::qp::rdma_create_qp(child, ep.pd, &mut ep.attr) } != 0 {
-                    return Err(std::io::Error::last_os_error()
-                        .raw_os_error()
-                        .unwrap_or(libc::EIO));
-                }
-            }
-            // SAFETY: non-NULL, the caller's to write.
-            unsafe { *id = child };
-            Ok(())
-        })();
-        ret(r)
+        }
+        // SAFETY: non-NULL, the caller's to write.
+        unsafe { *id = child };
+        Ok(())
     })
 }
 
@@ -761,6 +724,9 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         };
         tracing::debug!(?id, "rdma_destroy_id");
         let sh = b.shared.clone();
+        // As rdma_cm's: the events of the ID already handed out are acknowledged first
+        // (bounded here, for a program that never acknowledges).
+        sh.unacked.wait(Duration::from_secs(5));
         let mut st = sh.lock();
         st.alive = false;
         let port = st.src.map_or(0, |a| a.port());

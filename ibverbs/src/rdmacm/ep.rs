@@ -8,7 +8,7 @@ use std::ptr::null_mut;
 
 use super::conn::rdma_destroy_id;
 use super::id::ret;
-use super::id::{id_of, rdma_create_id};
+use super::id::{id_of, last_errno, rdma_create_id};
 use super::qp::{rdma_create_qp, rdma_destroy_qp};
 use crate::ffi::cma_h::*;
 use crate::ffi::*;
@@ -232,9 +232,7 @@ pub unsafe extern "C" fn rdma_create_ep(
             }
         };
         if step() != 0 {
-            let e = std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO);
+            let e = last_errno();
             // SAFETY: ours, live.
             unsafe { rdma_destroy_id(cm) };
             set_errno(e);

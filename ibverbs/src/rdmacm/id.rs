@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use ferroce::cm::{Request, UdRequest};
 use ferroce_transport::cm::CommId;
 
-use super::channel::{self, channel_of, Event, Events};
+use super::channel::{self, channel_of, Event, Events, Unacked};
 use super::devices::CmDevice;
 use crate::ffi::cma_h::*;
 use crate::ffi::*;
@@ -47,6 +47,8 @@ pub(crate) struct Shared {
     events: std::sync::RwLock<Arc<Events>>,
     /// The channel made for an ID created without one (rdma_cm's synchronous use).
     pub own_channel: Option<usize>,
+    /// Its events handed out and not yet acknowledged.
+    pub unacked: Arc<Unacked>,
     pub st: Mutex<St>,
 }
 
@@ -117,10 +119,11 @@ impl Shared {
         self.post_locked(&st, e)
     }
 
-    pub(crate) fn post_locked(&self, st: &St, e: Event) -> bool {
+    pub(crate) fn post_locked(&self, st: &St, mut e: Event) -> bool {
         if !st.alive {
             return false;
         }
+        e.unacked = Some(self.unacked.clone());
         self.events().post(Box::new(e));
         true
     }
@@ -146,6 +149,12 @@ impl Shared {
     }
 }
 
+/// An rdma_cm call: `f`'s error reported as rdma_cm does (-1 and errno), and no panic
+/// into C.
+pub(crate) fn api(function: &'static str, f: impl FnOnce() -> Result<(), c_int>) -> c_int {
+    catch(function, -1, || ret(f()))
+}
+
 /// The verbs convention of rdma_cm: 0, or -1 with errno.
 pub(crate) fn ret(r: Result<(), c_int>) -> c_int {
     match r {
@@ -163,17 +172,7 @@ pub(crate) fn complete(sh: &Shared, ok: rdma_cm_event_type) -> Result<(), c_int>
     let Some(ch) = sh.own_channel else {
         return Ok(());
     };
-    let mut e: *mut rdma_cm_event = std::ptr::null_mut();
-    // SAFETY: `ch` is the ID's own live channel; `e` is a local to write.
-    if unsafe { super::channel::rdma_get_cm_event(ch as *mut rdma_event_channel, &mut e) } != 0 {
-        return Err(std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO));
-    }
-    // SAFETY: just returned by rdma_get_cm_event, live until acked below.
-    let (kind, status) = unsafe { ((*e).event, (*e).status) };
-    // SAFETY: as above.
-    unsafe { super::channel::rdma_ack_cm_event(e) };
+    let (kind, status, _) = own_event(ch)?;
     if kind == ok {
         Ok(())
     } else if status < 0 {
@@ -181,6 +180,28 @@ pub(crate) fn complete(sh: &Shared, ok: rdma_cm_event_type) -> Result<(), c_int>
     } else {
         Err(libc::ECONNREFUSED)
     }
+}
+
+/// The next event on a synchronous ID's own channel `ch`, read and acknowledged: its
+/// kind, status and ID.
+pub(crate) fn own_event(ch: usize) -> Result<(rdma_cm_event_type, c_int, *mut rdma_cm_id), c_int> {
+    let mut e: *mut rdma_cm_event = std::ptr::null_mut();
+    // SAFETY: `ch` is an ID's own live channel; `e` is a local to write.
+    if unsafe { channel::rdma_get_cm_event(ch as *mut rdma_event_channel, &mut e) } != 0 {
+        return Err(last_errno());
+    }
+    // SAFETY: just returned by rdma_get_cm_event, live until acked below.
+    let r = unsafe { ((*e).event, (*e).status, (*e).id) };
+    // SAFETY: as above.
+    unsafe { channel::rdma_ack_cm_event(e) };
+    Ok(r)
+}
+
+/// The errno the call just made left.
+pub(crate) fn last_errno() -> c_int {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }
 
 /// The ID behind `p`, if live.
@@ -211,6 +232,7 @@ pub(crate) fn create(
         me: 0,
         events: std::sync::RwLock::new(events),
         own_channel,
+        unacked: Arc::default(),
         st: Mutex::new(St {
             alive: true,
             ps,

@@ -4,7 +4,7 @@ use std::ffi::{c_char, c_int, c_void};
 
 use super::devices;
 use super::id::id_of;
-use super::id::ret;
+use super::id::{api, ret};
 use crate::ffi::cma_h::*;
 use crate::ffi::*;
 use crate::guard::catch;
@@ -98,28 +98,25 @@ pub unsafe extern "C" fn rdma_set_option(
     optval: *mut c_void,
     optlen: usize,
 ) -> c_int {
-    catch("rdma_set_option", -1, || {
-        let r = (|| {
-            id_of(id).ok_or(libc::EINVAL)?;
-            if optval.is_null() {
-                return Err(libc::EINVAL);
+    api("rdma_set_option", || {
+        id_of(id).ok_or(libc::EINVAL)?;
+        if optval.is_null() {
+            return Err(libc::EINVAL);
+        }
+        match (level as u32, optname as u32) {
+            // Accepted and without effect here: the type of service (ferroce marks
+            // its own traffic), address reuse, v6-only and the ACK timeout (the
+            // CM's own) change nothing a program can observe on ferroce.
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) if optlen >= 1 => Ok(()),
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR | RDMA_OPTION_ID_AFONLY)
+                if optlen >= size_of::<c_int>() =>
+            {
+                Ok(())
             }
-            match (level as u32, optname as u32) {
-                // Accepted and without effect here: the type of service (ferroce marks
-                // its own traffic), address reuse, v6-only and the ACK timeout (the
-                // CM's own) change nothing a program can observe on ferroce.
-                (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) if optlen >= 1 => Ok(()),
-                (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR | RDMA_OPTION_ID_AFONLY)
-                    if optlen >= size_of::<c_int>() =>
-                {
-                    Ok(())
-                }
-                (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) if optlen >= 1 => Ok(()),
-                (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => Err(libc::ENOSYS),
-                _ => Err(libc::EINVAL),
-            }
-        })();
-        ret(r)
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) if optlen >= 1 => Ok(()),
+            (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => Err(libc::ENOSYS),
+            _ => Err(libc::EINVAL),
+        }
     })
 }
 

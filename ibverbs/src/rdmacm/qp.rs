@@ -12,14 +12,7 @@ use crate::guard::catch;
 use crate::pd::ibv_alloc_pd;
 use crate::qp::{ibv_create_qp, ibv_destroy_qp, ibv_modify_qp};
 
-use super::id::id_of;
-use super::id::ret;
-
-fn last_errno() -> c_int {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
-}
+use super::id::{id_of, last_errno, ret};
 
 /// A completion channel and a CQ of `cqe` entries on `verbs`.
 fn cq_with_channel(

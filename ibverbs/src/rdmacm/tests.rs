@@ -259,3 +259,33 @@ fn migrate_id_moves_the_id_and_its_unread_events() {
         rdma_destroy_event_channel(ch2);
     }
 }
+
+#[test]
+fn destroy_id_waits_for_its_events_to_be_acknowledged() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    // SAFETY: valid calls on objects this test makes; the event is acknowledged once.
+    unsafe {
+        let ch = rdma_create_event_channel();
+        let mut id: *mut rdma_cm_id = null_mut();
+        assert_eq!(rdma_create_id(ch, &mut id, null_mut(), RDMA_PS_TCP), 0);
+        let e = Event::new(RDMA_CM_EVENT_DISCONNECTED, id as usize, 0);
+        assert!(id_of(id).unwrap().shared.post(e));
+        let mut got: *mut rdma_cm_event = null_mut();
+        assert_eq!(rdma_get_cm_event(ch, &mut got), 0);
+        let acked = Arc::new(AtomicBool::new(false));
+        let (flag, ev) = (acked.clone(), got as usize);
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            flag.store(true, Ordering::SeqCst);
+            assert_eq!(rdma_ack_cm_event(ev as *mut rdma_cm_event), 0);
+        });
+        assert_eq!(rdma_destroy_id(id), 0);
+        assert!(
+            acked.load(Ordering::SeqCst),
+            "destroyed before its event was acknowledged"
+        );
+        t.join().unwrap();
+        rdma_destroy_event_channel(ch);
+    }
+}
