@@ -108,21 +108,23 @@ for role in rs fs; do
   done
 done
 
-# Refused: nothing listens on 7999; each side's rdma_cm answers for its host.
-RXE rping -s -a 10.77.0.2 >"$L/refused-rs.rxe-server" 2>&1 & sp=$!
-sleep 2
-FER rping -c -a 10.77.0.2 -p 7999 -C 1 >"$L/refused-rs.ferroce" 2>&1; rc=$?
-kill $sp 2>/dev/null; wait $sp 2>/dev/null
-if [ $rc != 0 ] && grep -q "RDMA_CM_EVENT_REJECTED, error 8" "$L/refused-rs.ferroce"; then
-  ok refused-by-rxe "rdma_cm on rxe refused ferroce's librdmacm: REJECTED, error 8"
-else ko refused-by-rxe "exit $rc" "$L/refused-rs.ferroce"; fi
-FER rping -s -a 10.77.0.1 >"$L/refused-fs.ferroce-server" 2>&1 & sp=$!
-sleep 2
-RXE rping -c -a 10.77.0.1 -p 7999 -C 1 >"$L/refused-fs.rxe" 2>&1; rc=$?
-kill $sp 2>/dev/null; wait $sp 2>/dev/null
-if [ $rc != 0 ] && grep -q "RDMA_CM_EVENT_REJECTED, error 8" "$L/refused-fs.rxe"; then
-  ok refused-by-ferroce "ferroce's librdmacm refused rxe's rping: REJECTED, error 8"
-else ko refused-by-ferroce "exit $rc" "$L/refused-fs.rxe"; fi
+# Refused: nothing listens on 7999; each side's rdma_cm answers for its host (where an
+# rping server listens on its own port).
+# refused NAME ROLE: ROLE's side serves rping, the other connects to port 7999.
+refused() {
+  local name=$1 role=$2 rc a; a=$(addr "$role")
+  local s=$L/$name.server c=$L/$name.client serve=FER ask=RXE
+  [ "$role" = rs ] && { serve=RXE ask=FER; }
+  $serve rping -s -a "$a" >"$s" 2>&1 & local sp=$!
+  sleep 2
+  $ask rping -c -a "$a" -p 7999 -C 1 >"$c" 2>&1; rc=$?
+  kill $sp 2>/dev/null; wait $sp 2>/dev/null
+  if [ $rc != 0 ] && grep -q "RDMA_CM_EVENT_REJECTED, error 8" "$c"; then
+    ok "$name" "the client got REJECTED, error 8"
+  else ko "$name" "exit $rc" "$c"; fi
+}
+refused refused-by-rxe rs
+refused refused-by-ferroce fs
 
 echo "rxe-rdmacm: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -222,30 +222,18 @@ fn duplicate_reads_share_one_stream() {
 fn a_new_read_at_the_limit_takes_a_replays_resource() {
     let (mut sim, _a, b, mr) = setup(64);
     let max = u32::from(QpOpts::default().max_rd_atomic);
-    for k in 0..max {
-        let req = read_req(
-            &sim,
-            b,
-            RQ_PSN + k,
-            mr.addr + 64 * u64::from(k),
-            mr.rkey,
-            64,
-        );
-        sim.nodes[1].handle_packet(sim.now, &req);
-    }
+    // READs of 64 bytes each, at PSNs RQ_PSN.. and addresses 64 bytes apart.
+    let reads = |sim: &mut Sim| {
+        for k in 0..max {
+            let a = mr.addr + 64 * u64::from(k);
+            let req = read_req(sim, b, RQ_PSN + k, a, mr.rkey, 64);
+            sim.nodes[1].handle_packet(sim.now, &req);
+        }
+    };
+    reads(&mut sim);
     assert_eq!(read_payload(&drain(&mut sim)).len(), 64 * max as usize);
     // Every one retried: `max` replays in use, none sent yet.
-    for k in 0..max {
-        let req = read_req(
-            &sim,
-            b,
-            RQ_PSN + k,
-            mr.addr + 64 * u64::from(k),
-            mr.rkey,
-            64,
-        );
-        sim.nodes[1].handle_packet(sim.now, &req);
-    }
+    reads(&mut sim);
     // A new READ of other bytes.
     let new = read_req(&sim, b, RQ_PSN + max, mr.addr + 8192, mr.rkey, 64);
     sim.nodes[1].handle_packet(sim.now, &new);
