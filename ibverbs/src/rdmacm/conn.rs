@@ -625,19 +625,7 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
         let ud = st.ps == RDMA_PS_UDP;
         let mut mask = IBV_QP_STATE;
         match (a.qp_state, st.path) {
-            (IBV_QPS_INIT, _) => {
-                a.pkey_index = 0;
-                a.port_num = 1;
-                mask |= IBV_QP_PKEY_INDEX | IBV_QP_PORT;
-                if ud {
-                    a.qkey = RDMA_UDP_QKEY;
-                    mask |= IBV_QP_QKEY;
-                } else {
-                    a.qp_access_flags =
-                        IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-                    mask |= IBV_QP_ACCESS_FLAGS;
-                }
-            }
+            (IBV_QPS_INIT, _) => mask |= super::qp::init_attr(ud, a),
             (IBV_QPS_RTR, _) if ud => {}
             (IBV_QPS_RTS, _) if ud => {
                 a.sq_psn = 0;

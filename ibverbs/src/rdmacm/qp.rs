@@ -33,23 +33,30 @@ fn cq_with_channel(
     }
 }
 
+/// The INIT attributes rdma_cm gives a QP of its IDs (port 1, P_Key index 0; a UD QP
+/// rdma_cm's Q_Key, an RC QP remote WRITE, READ and atomics): set in `a`, their mask
+/// returned (without IBV_QP_STATE). rdma_create_qp and rdma_init_qp_attr both use it.
+pub(crate) fn init_attr(ud: bool, a: &mut ibv_qp_attr) -> u32 {
+    a.pkey_index = 0;
+    a.port_num = 1;
+    let mut mask = IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+    if ud {
+        a.qkey = RDMA_UDP_QKEY;
+        mask |= IBV_QP_QKEY;
+    } else {
+        a.qp_access_flags =
+            IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+        mask |= IBV_QP_ACCESS_FLAGS;
+    }
+    mask
+}
+
 /// Moves a new QP to where rdma_cm leaves it.
 fn ready(qp: *mut ibv_qp, ud: bool) -> Result<(), c_int> {
     // SAFETY: plain C data; zero is valid.
     let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
     a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.pkey_index = 0;
-    let mut mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
-    if ud {
-        a.qkey = RDMA_UDP_QKEY;
-        mask |= IBV_QP_QKEY;
-    } else {
-        // What rdma_cm grants an RC QP whose peer may READ and do atomics.
-        a.qp_access_flags =
-            IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-        mask |= IBV_QP_ACCESS_FLAGS;
-    }
+    let mask = IBV_QP_STATE | init_attr(ud, &mut a);
     let steps: &[(ibv_qp_state, c_int)] = if ud {
         &[
             (IBV_QPS_INIT, mask as c_int),
