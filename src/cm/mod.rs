@@ -612,6 +612,19 @@ impl ConnectionManager {
         })
     }
 
+    /// Drops a request unanswered (a full listen backlog): the peer's CM resends its REQ,
+    /// which comes as a new request then. Counted as `cm_rx_dropped_backlog`.
+    pub fn drop_request(&self, request: &Request) -> Result<(), CmFailure> {
+        self.inner.with_cm(|cm, _| cm.drop_request(request.id))?;
+        Ok(())
+    }
+
+    /// [`ConnectionManager::drop_request`] for a UD service request.
+    pub fn drop_ud_request(&self, request: &UdRequest) -> Result<(), CmFailure> {
+        self.inner.with_cm(|cm, _| cm.drop_request(request.id))?;
+        Ok(())
+    }
+
     /// Refuses a request as one for a service nobody here listens on (REJ reason 8), as
     /// when its listener went away before taking it.
     pub fn refuse_unserved(&self, request: &Request) -> Result<(), CmFailure> {

@@ -621,6 +621,38 @@ fn a_request_the_user_never_answers_expires() {
     );
 }
 
+#[test]
+fn a_dropped_request_goes_unanswered_and_its_resend_is_a_new_request() {
+    let mut p = Pair::new();
+    let (a_id, b_id) = requested(&mut p);
+    // B's listener has no room (a full backlog): it drops the request, sending nothing.
+    p.b.drop_request(b_id).unwrap();
+    assert!(p.b.poll_transmit().is_none(), "no REJ, no MRA");
+    assert_eq!(p.b.connections(), 0);
+    assert_eq!(p.b.counters().rx_dropped_backlog, 1);
+    assert_eq!(
+        p.b.drop_request(b_id),
+        Err(ferroce_transport::cm::CmError::UnknownId)
+    );
+    // A resends after its response timeout; B takes the resend as a request of its own,
+    // not as a duplicate of one it no longer has, and can accept it.
+    p.tick();
+    p.deliver_all();
+    let [CmEvent::ConnectRequest { id, req, .. }] = &events(&mut p.b)[..] else {
+        panic!("the resend is a new connect request")
+    };
+    assert_eq!(req.local_comm_id, a_id);
+    assert_eq!(p.b.counters().rx_duplicates[0], 0);
+    p.b.accept(p.now, *id, rep(2, 2)).unwrap();
+    p.deliver_all();
+    assert!(matches!(&events(&mut p.a)[..], [CmEvent::Reply { id, .. }] if *id == a_id));
+    // Only an unanswered request can be dropped.
+    assert_eq!(
+        p.b.drop_request(*id),
+        Err(ferroce_transport::cm::CmError::WrongState)
+    );
+}
+
 fn sidr_req(port: u16) -> ferroce_wire::cm::SidrReq {
     ferroce_wire::cm::SidrReq {
         service_id: rdma_cm::service_id(PortSpace::UDP, port),

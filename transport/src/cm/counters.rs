@@ -56,6 +56,9 @@ pub struct CmCounters {
     pub rej_unsupported: u64,
     /// REQs refused because the table of connections is full.
     pub rej_no_resources: u64,
+    /// Requests (REQ or SIDR REQ) the user dropped unanswered, so that the peer's resend
+    /// is taken as new: a listener whose backlog of unread requests is full.
+    pub rx_dropped_backlog: u64,
     /// Connections given up after their last resend went unanswered.
     pub timeouts: u64,
 }
@@ -86,6 +89,7 @@ impl CmCounters {
             ("cm_rx_own", self.rx_own),
             ("cm_rej_unsupported", self.rej_unsupported),
             ("cm_rej_no_resources", self.rej_no_resources),
+            ("cm_rx_dropped_backlog", self.rx_dropped_backlog),
             ("cm_timeouts", self.timeouts),
         ]
         .into_iter()

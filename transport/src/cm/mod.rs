@@ -275,6 +275,19 @@ impl Cm {
         Ok(())
     }
 
+    /// Drops a connection or service request not yet answered, sending nothing: its
+    /// sender resends it after its response timeout, and the resend is taken as a new
+    /// request. What Linux's CM does when the listener's backlog is full.
+    pub fn drop_request(&mut self, id: CommId) -> Result<(), CmError> {
+        let c = self.conns.get(&id).ok_or(CmError::UnknownId)?;
+        if !matches!(c.state, State::ReqRcvd | State::SidrRcvd) {
+            return Err(CmError::WrongState);
+        }
+        self.counters.rx_dropped_backlog += 1;
+        self.forget(id);
+        Ok(())
+    }
+
     /// The active side's QP is ready (RTR and RTS with the REP's values): sends the RTU,
     /// and the connection is established.
     pub fn ready(&mut self, id: CommId) -> Result<(), CmError> {
