@@ -11,6 +11,8 @@
 #                 connection made without a QP on the ID, then rdma_establish), on either
 #                 side and on both
 #   one host      rping on one veth end and on lo, ib_write_bw -R on lo
+#   backlog       8 requests to a listener (backlog 2) that reads nothing: 2 wait, the
+#                 rest are dropped unanswered and their resends find room once it reads
 #   refused       a port nobody listens on: RDMA_CM_EVENT_REJECTED with IB's reason 8
 #                 (invalid service ID), at once
 #   no peer       an address nobody answers ARP for: RDMA_CM_EVENT_ADDR_ERROR (-ETIMEDOUT)
@@ -101,6 +103,24 @@ perf_case write-bw-R-4qps-two-hosts $B $A $IF 10.94.0.2 ib_write_bw -D 2 -q 4
 perf_case read-bw-R-two-hosts $B $A $IF 10.94.0.2 ib_read_bw -D 2
 perf_case send-lat-R-two-hosts $B $A $IF 10.94.0.2 ib_send_lat -n 2000
 perf_case write-bw-R-one-host-lo $A $A lo 127.0.0.1 ib_write_bw -D 2
+
+# A flood of connect requests to a listener that reads nothing: at most its backlog (2) of
+# CONNECT_REQUEST events waits unread; the other requests are dropped unanswered. Once
+# the program has read (and rejected) those, the dropped requests' resends (the client's
+# CM resends after ~4.3 s) take the free places: 2 more. The client sees 4 rejections.
+bl=$out/rdmacm_backlog
+if cc -O1 -Wall -o "$bl" "$here/rdmacm_backlog.c" -lrdmacm -libverbs 2>"$out/backlog.cc"; then
+  s=$out/backlog.server c=$out/backlog.client
+  FERROCE_LOG=info X $B "$bl" server 10.94.0.2 7471 2 3 6 >"$s" 2>&1 & sp=$!
+  sleep 1.5
+  X $A "$bl" client 10.94.0.2 7471 8 11 >"$c" 2>&1; rc=$?
+  wait $sp || rc=1
+  dropped=$(grep -c "listen backlog full" "$s")
+  if [ $rc = 0 ] && grep -q "^client sent 8$" "$c" && grep -q "^phase1 requests 2$" "$s" &&
+     grep -q "^phase2 requests 2$" "$s" && grep -q "^client rejected 4$" "$c" && [ "$dropped" -ge 6 ]; then
+    ok listen-backlog "8 requests, backlog 2: 2 unread, $dropped dropped unanswered; after reading, 2 resends taken"
+  else ko listen-backlog "exit $rc; counts (want 2, 2, 4)" "$s" "$c"; fi
+else ko listen-backlog "cc failed" "$out/backlog.cc"; fi
 
 # A port nobody listens on: the other host's connection manager (it serves 7174) refuses.
 X $B rping -s -a 10.94.0.2 -v >"$out/refused.server" 2>&1 & sp=$!

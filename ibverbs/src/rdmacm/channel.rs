@@ -8,6 +8,7 @@
 use std::collections::VecDeque;
 use std::ffi::c_int;
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 use ferroce::link::eventfd::EventFd;
@@ -24,6 +25,61 @@ pub(crate) struct Event {
     pub private: Vec<u8>,
     /// The count of its ID's events handed out and not yet acknowledged.
     pub unacked: Option<Arc<Unacked>>,
+    /// A CONNECT_REQUEST's place in its listener's backlog, given back when the program
+    /// reads the event (or the event goes unread with its ID).
+    pub slot: Option<Slot>,
+}
+
+/// Linux's bound on a listen backlog (`net.rdma_ucm.max_backlog`'s default), and the
+/// backlog of a listen that asks for none (0 or less).
+pub(crate) const MAX_BACKLOG: usize = 1024;
+
+/// A listening ID's CONNECT_REQUEST events posted and not yet read: at most its
+/// `rdma_listen` backlog, as in Linux's rdma_ucm. A request beyond it is dropped
+/// unanswered, so that its sender's resend may find room; without the bound a peer
+/// sending fresh REQs to a program that stops reading its channel would grow the
+/// queued events and their IDs without end.
+#[derive(Default)]
+pub(crate) struct Backlog {
+    limit: AtomicUsize,
+    unread: AtomicUsize,
+}
+
+/// One place in a [`Backlog`], held by the event until it is read.
+pub(crate) struct Slot(Arc<Backlog>);
+
+impl Backlog {
+    /// Sets the bound from `rdma_listen`'s `backlog`.
+    pub(crate) fn set_limit(&self, backlog: c_int) {
+        let n = usize::try_from(backlog)
+            .ok()
+            .filter(|n| (1..=MAX_BACKLOG).contains(n))
+            .unwrap_or(MAX_BACKLOG);
+        self.limit.store(n, Ordering::Relaxed);
+    }
+
+    /// A place for one more unread request, if the backlog has room.
+    pub(crate) fn take(self: &Arc<Self>) -> Option<Slot> {
+        let limit = self.limit.load(Ordering::Relaxed);
+        self.unread
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Slot(self.clone()))
+    }
+
+    /// Requests posted and not yet read.
+    #[cfg(test)]
+    pub(crate) fn unread(&self) -> usize {
+        self.unread.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.unread.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// An ID's events handed to the program and not acknowledged yet: rdma_destroy_id waits
@@ -68,6 +124,7 @@ impl Event {
             c,
             private: Vec::new(),
             unacked: None,
+            slot: None,
         }
     }
 }
@@ -119,7 +176,8 @@ impl Events {
                 .unwrap_or_else(PoisonError::into_inner)
                 .pop_front();
             // None: `forget` took this count's event away meanwhile; wait for the next.
-            if let Some(e) = e {
+            if let Some(mut e) = e {
+                e.slot = None; // read: its backlog place is free
                 return Ok(e);
             }
         }

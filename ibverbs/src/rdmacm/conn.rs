@@ -48,7 +48,7 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), c_int> {
 }
 
 #[export_name = "__ferroce_rdma_listen"]
-pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_int {
+pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
     api("rdma_listen", || {
         let id = id_of(id).ok_or(libc::EINVAL)?;
         let sh = id.shared.clone();
@@ -66,6 +66,7 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_
         }
         let ud = st.ps == RDMA_PS_UDP;
         let port = src.port();
+        sh.backlog.set_limit(backlog);
         {
             let mut l = listeners();
             for d in &devs {
@@ -194,7 +195,8 @@ fn listener(sh: Arc<Shared>, dev: Arc<CmDevice>, port: u16, ud: bool) {
 }
 
 /// A passive-side ID for a request, and its CONNECT_REQUEST event on the listener's
-/// channel.
+/// channel, holding a place in the listener's backlog until read; with the backlog
+/// full, the request is dropped unanswered (its sender resends it), as Linux does.
 fn new_request(
     listen: &Arc<Shared>,
     dev: &Arc<CmDevice>,
@@ -204,6 +206,14 @@ fn new_request(
     data: Vec<u8>,
     pending: Pending,
 ) {
+    let Some(slot) = listen.backlog.take() else {
+        tracing::info!(port, "listen backlog full: a connect request dropped");
+        let _ = match &pending {
+            Pending::Rc(r) => dev.cm.drop_request(r),
+            Pending::Ud(r) => dev.cm.drop_ud_request(r),
+        };
+        return;
+    };
     let st = listen.lock();
     let mut st = st;
     let ps = st.ps;
@@ -275,6 +285,7 @@ fn new_request(
         return;
     }
     e.unacked = Some(csh.unacked.clone());
+    e.slot = Some(slot);
     listen.events().post(Box::new(e));
 }
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use ferroce::cm::{Request, UdRequest};
 use ferroce_transport::cm::CommId;
 
-use super::channel::{self, channel_of, Event, Events, Unacked};
+use super::channel::{self, channel_of, Backlog, Event, Events, Unacked};
 use super::devices::CmDevice;
 use crate::ffi::cma_h::*;
 use crate::ffi::*;
@@ -49,6 +49,8 @@ pub(crate) struct Shared {
     pub own_channel: Option<usize>,
     /// Its events handed out and not yet acknowledged.
     pub unacked: Arc<Unacked>,
+    /// A listening ID's connect requests posted and not yet read.
+    pub backlog: Arc<Backlog>,
     pub st: Mutex<St>,
 }
 
@@ -233,6 +235,7 @@ pub(crate) fn create(
         events: std::sync::RwLock::new(events),
         own_channel,
         unacked: Arc::default(),
+        backlog: Arc::default(),
         st: Mutex::new(St {
             alive: true,
             ps,

@@ -289,3 +289,45 @@ fn destroy_id_waits_for_its_events_to_be_acknowledged() {
         rdma_destroy_event_channel(ch);
     }
 }
+
+#[test]
+fn a_listen_backlog_bounds_unread_requests_until_they_are_read() {
+    use std::sync::Arc;
+    let b = Arc::new(Backlog::default());
+    b.set_limit(2);
+    let (s1, s2) = (b.take().unwrap(), b.take().unwrap());
+    assert!(b.take().is_none(), "full at the backlog");
+    drop(s1); // its event went unread with its ID
+    let s3 = b.take().expect("room again");
+    assert_eq!(b.unread(), 2);
+    drop((s2, s3));
+    for (asked, got) in [
+        (0, MAX_BACKLOG),
+        (-1, MAX_BACKLOG),
+        (1 << 20, MAX_BACKLOG),
+        (7, 7),
+    ] {
+        b.set_limit(asked);
+        let slots: Vec<_> = std::iter::from_fn(|| b.take())
+            .take(MAX_BACKLOG + 1)
+            .collect();
+        assert_eq!(slots.len(), got, "rdma_listen backlog {asked}");
+    }
+    assert_eq!(b.unread(), 0);
+
+    // Reading the CONNECT_REQUEST gives its place back, before it is acknowledged.
+    b.set_limit(1);
+    // SAFETY: the C ABI as a program uses it.
+    unsafe {
+        let ch = rdma_create_event_channel();
+        let mut e = Event::new(RDMA_CM_EVENT_CONNECT_REQUEST, 0x10, 0);
+        e.slot = b.take();
+        channel_of(ch).unwrap().events.post(Box::new(e));
+        assert!(b.take().is_none());
+        let mut got: *mut rdma_cm_event = null_mut();
+        assert_eq!(rdma_get_cm_event(ch, &mut got), 0);
+        assert_eq!(b.unread(), 0, "read: room for the next request");
+        assert_eq!(rdma_ack_cm_event(got), 0);
+        rdma_destroy_event_channel(ch);
+    }
+}
