@@ -1,7 +1,8 @@
 #!/bin/bash
 # Side-by-side benchmark: ferroce against Linux rxe and kernel TCP, in one run.
 #
-#   scripts/bench.sh [vm|host|memory|all]     (default all; vm and host need root)
+#   scripts/bench.sh [vm|host|memory|pairs|cm|all]  (default all: vm, host, memory; the others
+#                                                    on their own; all but memory need root)
 #
 #   vm    inside the rxe VM (tests/interop/rxe-vm; TCG when there is no KVM, so the
 #         figures are emulated), on one veth pair: rxe <-> rxe (perftest), ferroce <-> rxe
@@ -29,10 +30,14 @@
 #           the other), and 1 pair beside 3 idle processes per end (sockets held, no
 #           traffic), for each MTU in $MTUS: what sharing an interface costs. Beside each,
 #           the same number of kernel TCP process pairs (iperf3) on the same veth.
+#   cm      natively, veth MTU 1500: Debian's perftest on ferroce's libibverbs with its
+#           connection made by rdma_cm (`-R`, ferroce's librdmacm.so.1) beside the same
+#           tests connected over perftest's TCP socket: what a connection rdma_cm made
+#           costs the data path afterwards (1.00x = nothing).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 what=${1:-all}
-case $what in vm|host|memory|pairs|all) ;; *) echo "usage: scripts/bench.sh [vm|host|memory|pairs|all]" >&2; exit 2 ;; esac
+case $what in vm|host|memory|pairs|cm|all) ;; *) echo "usage: scripts/bench.sh [vm|host|memory|pairs|cm|all]" >&2; exit 2 ;; esac
 if [ "$what" = memory ] || [ "$what" = all ]; then
   echo "[bench] resident memory per QP (in-memory wire, no privileges needed)"
   (cd "$root" && cargo run --release --quiet -p ferroce --example qp_memory -- 1 100 10000) || exit 1
@@ -118,6 +123,48 @@ cpu_table() {
       }
     }' "$2"
 }
+
+if [ "$what" = cm ]; then
+  echo "[bench] natively: perftest on ferroce's library, connected by rdma_cm (-R) and by TCP"
+  cleanup() { ip netns del ca 2>/dev/null; ip netns del cb 2>/dev/null; true; }
+  cleanup; trap cleanup EXIT
+  res=$out/cm-results.txt; : >"$res"; rm -rf "$out/cm"
+  wait_port() { for _ in $(seq 1 100); do ip netns exec "$2" ss -ltn | grep -q ":$1\b" && return 0; sleep 0.05; done; return 1; }
+  (
+    OUT=$out/cm D=$DURATION R=$REPEAT; mkdir -p "$OUT/logs"
+    . "$root/scripts/bench/lib.sh"
+    veth_pair ca cb 1500 10.77.0
+    for ns in ca cb; do  # until the port is up (a fresh veth's carrier takes a moment)
+      for _ in $(seq 1 50); do ip netns exec $ns "$F" devinfo -d v$ns | grep -q PORT_ACTIVE && break; sleep 0.2; done
+    done
+    gid() { ip netns exec "$1" "$F" devinfo -d "$2" -v | sed -n "s/.*GID\[ *\([0-9]*\)\]:.*::ffff:$3,.*/\1/p" | head -1; }
+    bench 1500 cabi-cabi cb "cabi vcb $(gid cb vcb 10.77.0.2)" ca "cabi vca $(gid ca vca 10.77.0.1)" 10.77.0.2
+    bench 1500 cabi-cm cb "cm vcb" ca "cm vca" 10.77.0.2
+  ) | tee -a "$res"
+  echo
+  echo "Natively on this host on $(date +%F): $machine; veth MTU 1500, median of $REPEAT"
+  awk '
+    $1 == "RESULT" && !($3 in seen) { seen[$3] = 1; order[++t] = $3 }
+    $1 == "RESULT" && $5 != "FAILED" { k = $3 " " $4; n[k]++; v[k, n[k]] = $5 + 0; u[$3] = $6 }
+    $1 == "RESULT" && $5 == "FAILED" { failed[$3 " " $4]++ }
+    function median(k,   m, i, j, x, a) {
+      m = n[k]; if (m == 0) return 0
+      for (i = 1; i <= m; i++) a[i] = v[k, i]
+      for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] < a[i]) { x = a[i]; a[i] = a[j]; a[j] = x }
+      return (m % 2) ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
+    }
+    END {
+      print "| test                | unit | TCP-connected | rdma_cm (-R) | -R vs TCP-connected | failed runs |"
+      print "|---------------------|------|---------------|--------------|---------------------|-------------|"
+      for (i = 1; i <= t; i++) {
+        x = order[i]; a = median(x " cabi-cabi"); b = median(x " cabi-cm"); lat = (u[x] == "us")
+        r = (a > 0 && b > 0) ? sprintf("%.2fx", lat ? a / b : b / a) : "-"
+        printf "| %-19s | %-4s | %-13.3g | %-12.3g | %-19s | %-11d |\n", x, u[x], a, b, r, failed[x " cabi-cabi"] + failed[x " cabi-cm"]
+      }
+    }' "$res" | tee "$out/cm-table.md"
+  echo "(-R vs TCP-connected: > 1.00x is -R ahead, for latency too)"
+  exit 0
+fi
 
 if [ "$what" = pairs ]; then
   echo "[bench] natively: 1, 2 and 4 ferroce perf write-bw pairs at once on one veth pair"

@@ -22,7 +22,8 @@ result() {  # MTU TEST PAIR LOG KIND(bw|lat)
 # bench MTU PAIR SERVER_NS SERVER_TOOL CLIENT_NS CLIENT_TOOL SERVER_ADDR
 #   *_NS: a network namespace or "-" for the initial one;
 #   *_TOOL: "rxe DEV GID" runs perftest, "ferroce DEV" runs ferroce perf, "cabi DEV GID"
-#   runs perftest on ferroce's libibverbs (ferroce exec).
+#   runs perftest on ferroce's libibverbs (ferroce exec), "cm DEV" the same connected by
+#   rdma_cm (-R).
 bench() {
   local mtu=$1 pair=$2 sn=$3 st=$4 cn=$5 ct=$6 addr=$7 t c0
   # TOOL SIZE KIND [QPS]: 64 KiB WRITEs on 4 QPs too (-q 4, as MPI and NCCL spread
@@ -40,7 +41,8 @@ bench() {
     for attempt in 1 2; do
       in_ns "$sn" timeout 120 $(cmd "$st") >"$log.server" 2>&1 &
       local pid=$!
-      wait_port 18515 "${sn#-}" 2>/dev/null
+      # An rdma_cm server listens on no TCP port.
+      if [ "${st%% *}" = cm ]; then sleep 1.5; else wait_port 18515 "${sn#-}" 2>/dev/null; fi
       c0=$(cpu_busy)
       in_ns "$cn" timeout 120 $(cmd "$ct") "$addr" >"$log.client" 2>&1
       echo "$c0 $(cpu_busy)" >"$log.cpu"
@@ -58,6 +60,8 @@ cmd() {  # TOOL -> command line (uses $tool and $flags)
   if [ "$1" = rxe ]; then echo "ib_$tool -d $2 -x $3 $flags"
   # Debian's perftest, unmodified, on ferroce's libibverbs.so.1.
   elif [ "$1" = cabi ]; then echo "$F exec -- ib_$tool -d $2 -x $3 $flags"
+  # The same, its connection made by rdma_cm (ferroce's librdmacm.so.1).
+  elif [ "$1" = cm ]; then echo "$F exec -- ib_$tool -R -d $2 $flags"
   else echo "$F perf ${tool//_/-} -d $2 $flags"; fi
 }
 

@@ -167,6 +167,7 @@ fn print_cm_stats(cm: &ferroce::cm::ConnectionManager) {
     if unsent != 0 {
         v.push(format!("cm_tx_no_route={unsent}"));
     }
+    v.push(format!("cm_thread_wakeups={}", cm.wakeups()));
     eprintln!("cm: {}", v.join(" "));
 }
 
