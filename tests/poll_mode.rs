@@ -366,3 +366,55 @@ fn a_posted_receive_leaves_the_ack_for_the_reply() {
     }
     panic!("more than 1.75 transmissions per message in every try: {tries:?} for {ROUNDS} rounds");
 }
+
+#[test]
+fn the_last_message_s_ack_leaves_before_the_receiver_s_qp_goes_to_error() {
+    // Poll mode keeps a received message's ACK back for the next post or poll. A program
+    // that moves its QP to ERR right after its last receive completes (rdma_disconnect
+    // does) dropped that ACK with the QP's other output: its peer, whose message had
+    // arrived, retried into RETRY_EXC_ERR (3 of 6 runs of tests/netns/fork_children.c).
+    // On fresh pairs, each after a ping-pong that puts both ends in poll mode.
+    for attempt in 0..8 {
+        let (a, b) = pair();
+        a.post_recv();
+        b.post_recv();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for round in 1..=50 {
+                    a.send(round);
+                    a.receive(round);
+                    a.post_recv();
+                }
+                a.send(51);
+            });
+            s.spawn(|| {
+                for round in 1..=50 {
+                    b.receive(round);
+                    b.post_recv();
+                    b.send(round);
+                }
+                b.receive(51);
+                let mut attr = b.qp.query().unwrap();
+                attr.qp_state = QpState::Err;
+                b.qp.modify(&attr, QpAttrMask::STATE).unwrap();
+            });
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut out = Vec::new();
+        let last = loop {
+            out.clear();
+            if a.cq.poll(&mut out, 1) == 1 && out[0].wr_id == 51 {
+                break out[0];
+            }
+            assert!(
+                Instant::now() < deadline,
+                "attempt {attempt}: no completion"
+            );
+        };
+        assert_eq!(
+            (last.opcode, last.status),
+            (WcOpcode::Send, WcStatus::Success),
+            "attempt {attempt}: the last SEND, delivered, must complete"
+        );
+    }
+}

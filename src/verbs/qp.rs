@@ -103,6 +103,16 @@ impl QueuePair {
         // The transport's clock, as the driver passes it to handle_packet.
         let now = self.ctx.shared().now();
         let mut ep = self.ctx.shared().endpoint();
+        if mask.contains(QpAttrMask::STATE)
+            && matches!(attr.qp_state, QpState::Err | QpState::Reset)
+        {
+            // The last message's ACK may still wait to leave with the next post (poll
+            // mode): it goes before the QP stops sending, as from a NIC, which ACKs before
+            // the receiver sees the completion. A program that moves its QP to ERR right
+            // after its last receive (rdma_disconnect) left its peer retrying into
+            // RETRY_EXC_ERR.
+            self.ctx.shared().send_pending(&mut ep);
+        }
         ep.modify_qp(now, self.qpn, attr, mask)?;
         self.ctx.shared().kick(ep);
         Ok(())
