@@ -72,8 +72,13 @@ pub enum CmFailure {
     Verbs(Error),
     /// The connection manager refused the call.
     Cm(ferroce_transport::cm::CmError),
-    /// The peer refused (its REJ's reason).
-    Rejected(RejReason),
+    /// The peer refused: its REJ's reason and private data (148 bytes, zero-padded).
+    Rejected {
+        /// The REJ's reason.
+        reason: RejReason,
+        /// The REJ's private data, as rdma_cm hands it to the program.
+        private_data: Vec<u8>,
+    },
     /// The peer never answered (every resend went unanswered).
     Unreachable,
     /// Nothing happened within the time given.
@@ -89,10 +94,12 @@ impl std::fmt::Display for CmFailure {
         match self {
             CmFailure::Verbs(e) => write!(f, "{e}"),
             CmFailure::Cm(e) => write!(f, "{e}"),
-            CmFailure::Rejected(r) if *r == RejReason::INVALID_SERVICE_ID => {
+            CmFailure::Rejected { reason: r, .. } if *r == RejReason::INVALID_SERVICE_ID => {
                 write!(f, "connection refused: nothing listens on that port")
             }
-            CmFailure::Rejected(r) => write!(f, "connection rejected (IB CM reason {})", r.0),
+            CmFailure::Rejected { reason: r, .. } => {
+                write!(f, "connection rejected (IB CM reason {})", r.0)
+            }
             CmFailure::Unreachable => write!(f, "the peer's connection manager never answered"),
             CmFailure::TimedOut => write!(f, "timed out"),
             CmFailure::Unexpected(e) => write!(f, "unexpected connection event {e:?}"),
@@ -723,7 +730,14 @@ impl ConnectionManager {
                 let _ = self.inner.with_cm(|cm, now| cm.disconnect(now, id));
                 CmFailure::TimedOut
             }
-            Some(CmEvent::Rejected { reason, .. }) => CmFailure::Rejected(reason),
+            Some(CmEvent::Rejected {
+                reason,
+                private_data,
+                ..
+            }) => CmFailure::Rejected {
+                reason,
+                private_data,
+            },
             Some(CmEvent::Unreachable { .. }) => CmFailure::Unreachable,
             Some(e) => CmFailure::Unexpected(e),
         }

@@ -159,8 +159,8 @@ fn client(
     let n = node(ctx, o)?;
     let conn = match cm.connect_rc(&n.qp, addr, o.port, &[], o.timeout) {
         Ok(c) => c,
-        Err(CmFailure::Rejected(r)) => {
-            return Err(format!("{} (port {} at {addr})", CmFailure::Rejected(r), o.port).into())
+        Err(e @ CmFailure::Rejected { .. }) => {
+            return Err(format!("{e} (port {} at {addr})", o.port).into())
         }
         Err(e) => return Err(e.into()),
     };

@@ -260,7 +260,7 @@ fn new_request(
             unsafe { rdma_destroy_id(child.cast()) };
             return;
         }
-        cst.path = path.and_then(Result::ok);
+        cst.path = path.and_then(Result::ok).map(|p| cst.path_as_set(p));
         if let Pending::Rc(r) = &pending {
             e.c.param.conn = ManuallyDrop::new(rdma_conn_param {
                 responder_resources: r.req.responder_resources,
@@ -323,7 +323,15 @@ fn private_of(p: *const rdma_conn_param) -> Vec<u8> {
 /// The event for a failed connect or accept.
 fn failure_event(me: usize, f: &CmFailure) -> Event {
     match f {
-        CmFailure::Rejected(reason) => Event::new(RDMA_CM_EVENT_REJECTED, me, reason.0 as c_int),
+        CmFailure::Rejected {
+            reason,
+            private_data,
+        } => {
+            // The REJ's private data, as rdma_cm gives it (all of it: 148 bytes).
+            let mut e = Event::new(RDMA_CM_EVENT_REJECTED, me, reason.0 as c_int);
+            e.private = private_data.clone();
+            e
+        }
         CmFailure::Unreachable | CmFailure::TimedOut => {
             Event::new(RDMA_CM_EVENT_UNREACHABLE, me, -libc::ETIMEDOUT)
         }
@@ -419,7 +427,7 @@ pub unsafe extern "C" fn rdma_connect(
         };
         spawn("ferroce-rdma-connect", move || {
             let (conn, path) = match dev.cm.request_rc(qpn, dst.ip(), dst.port(), &data, ANSWER) {
-                Ok(r) => r,
+                Ok((c, p)) => (c, sh.lock().path_as_set(p)),
                 Err(f) => {
                     sh.post(failure_event(sh.me, &f));
                     return;

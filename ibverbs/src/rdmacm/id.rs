@@ -85,6 +85,18 @@ pub(crate) struct St {
     pub path: Option<ferroce::verbs::RcPath>,
     /// Connected with no QP on the ID: the RTU waits for rdma_establish.
     pub awaiting_establish: bool,
+    /// The QP's local ACK timeout set with RDMA_OPTION_ID_ACK_TIMEOUT, for its RTS.
+    pub ack_timeout: Option<u8>,
+}
+
+impl St {
+    /// `path` with what the program set on the ID (its ACK timeout), as the QP takes it.
+    pub(crate) fn path_as_set(&self, mut path: ferroce::verbs::RcPath) -> ferroce::verbs::RcPath {
+        if let Some(t) = self.ack_timeout {
+            path.timeout = t;
+        }
+        path
+    }
 }
 
 /// The QP attributes of `rdma_create_ep` for a passive ID's requests.
@@ -250,6 +262,7 @@ pub(crate) fn create(
             ep_qp: None,
             path: None,
             awaiting_establish: false,
+            ack_timeout: None,
         }),
     });
     let p = handles::insert(

@@ -99,21 +99,35 @@ pub unsafe extern "C" fn rdma_set_option(
     optlen: usize,
 ) -> c_int {
     api("rdma_set_option", || {
-        id_of(id).ok_or(libc::EINVAL)?;
+        let cid = id_of(id).ok_or(libc::EINVAL)?;
         if optval.is_null() {
             return Err(libc::EINVAL);
         }
         match (level as u32, optname as u32) {
             // Accepted and without effect here: the type of service (ferroce marks
-            // its own traffic), address reuse, v6-only and the ACK timeout (the
-            // CM's own) change nothing a program can observe on ferroce.
+            // its own traffic), address reuse and v6-only change nothing a program can
+            // observe on ferroce.
             (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) if optlen >= 1 => Ok(()),
             (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR | RDMA_OPTION_ID_AFONLY)
                 if optlen >= size_of::<c_int>() =>
             {
                 Ok(())
             }
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) if optlen >= 1 => Ok(()),
+            // The local ACK timeout the ID's QP gets at RTS (and rdma_init_qp_attr
+            // reports), as with rdma_cm; RC only.
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) if optlen == 1 => {
+                // SAFETY: non-NULL, one byte (checked), the caller's.
+                let t = unsafe { *optval.cast::<u8>() };
+                let mut st = cid.shared.lock();
+                if st.ps == RDMA_PS_UDP || t > 31 {
+                    return Err(libc::EINVAL);
+                }
+                st.ack_timeout = Some(t);
+                if let Some(p) = &mut st.path {
+                    p.timeout = t;
+                }
+                Ok(())
+            }
             (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => Err(libc::ENOSYS),
             _ => Err(libc::EINVAL),
         }
