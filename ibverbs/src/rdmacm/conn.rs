@@ -10,6 +10,7 @@
 
 use std::ffi::{c_int, c_void};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
@@ -106,8 +107,17 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
 type ListenKey = (String, bool, u16);
 static LISTENERS: Mutex<Vec<(ListenKey, Weak<Shared>)>> = Mutex::new(Vec::new());
 
+/// The process LISTENERS is about: a child of fork() inherits its parent's, which
+/// listen in the parent only.
+static LISTENERS_OF: AtomicU32 = AtomicU32::new(0);
+
 fn listeners() -> MutexGuard<'static, Vec<(ListenKey, Weak<Shared>)>> {
-    LISTENERS.lock().unwrap_or_else(PoisonError::into_inner)
+    let mut l = LISTENERS.lock().unwrap_or_else(PoisonError::into_inner);
+    let me = std::process::id();
+    if LISTENERS_OF.swap(me, Ordering::Relaxed) != me {
+        l.clear();
+    }
+    l
 }
 
 /// Whether `key` is still listened on for an ID gone within `LINGER` (the new ID takes

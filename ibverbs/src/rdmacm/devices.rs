@@ -24,6 +24,8 @@ pub(crate) struct CmDevice {
     /// finds the context through `cm_id->pd`).
     pd: usize,
     pub cm: ConnectionManager,
+    /// The process that opened it (a child of fork() opens its own).
+    pid: u32,
 }
 
 impl CmDevice {
@@ -41,9 +43,18 @@ static OPEN: Mutex<Vec<Arc<CmDevice>>> = Mutex::new(Vec::new());
 /// The device named `name`, opened (with its CM) on first use.
 fn open(d: &Device) -> Result<Arc<CmDevice>, c_int> {
     let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(o) = open.iter().find(|o| o.name == d.name()) {
+    let me = std::process::id();
+    if let Some(o) = open.iter().find(|o| o.name == d.name() && o.pid == me) {
         return Ok(o.clone());
     }
+    // Those a parent opened before fork() are its own, their CM threads not in this
+    // process: left as they are (ending them would wait for threads that are not here).
+    open.retain(|o| {
+        if o.pid != me {
+            std::mem::forget(o.clone());
+        }
+        o.pid == me
+    });
     // SAFETY: `device_for` gives a live `ibv_device` of this library (never freed).
     let verbs = unsafe { crate::open::ibv_open_device(device_for(d)) };
     let c = ctx_of(verbs).ok_or_else(|| {
@@ -62,6 +73,7 @@ fn open(d: &Device) -> Result<Arc<CmDevice>, c_int> {
         ctx: verbs as usize,
         pd: pd as usize,
         cm,
+        pid: me,
     });
     open.push(o.clone());
     Ok(o)

@@ -165,7 +165,9 @@ impl Member {
     /// The process's membership, joining the namespace's registry if not yet a member.
     pub(crate) fn get() -> io::Result<Arc<Member>> {
         let mut cur = CURRENT.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(m) = cur.upgrade() {
+        // A child of fork() inherits its parent's membership without the thread that
+        // serves it: it joins as a member of its own.
+        if let Some(m) = cur.upgrade().filter(|m| m.pid == std::process::id()) {
             return Ok(m);
         }
         let m = Arc::new(Member::join()?);
