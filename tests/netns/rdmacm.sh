@@ -13,6 +13,8 @@
 #   one host      rping on one veth end and on lo, ib_write_bw -R on lo
 #   backlog       8 requests to a listener (backlog 2) that reads nothing: 2 wait, the
 #                 rest are dropped unanswered and their resends find room once it reads
+#   fork          a server and a client, children of fork() of a parent that has the
+#                 device open, connect and send (rdma_get_send_comp on rdma_cm's CQ)
 #   refused       a port nobody listens on: RDMA_CM_EVENT_REJECTED with IB's reason 8
 #                 (invalid service ID), at once
 #   no peer       an address nobody answers ARP for: RDMA_CM_EVENT_ADDR_ERROR (-ETIMEDOUT)
@@ -121,6 +123,19 @@ if cc -O1 -Wall -o "$bl" "$here/rdmacm_backlog.c" -lrdmacm -libverbs 2>"$out/bac
     ok listen-backlog "8 requests, backlog 2: 2 unread, $dropped dropped unanswered; after reading, 2 resends taken"
   else ko listen-backlog "exit $rc; counts (want 2, 2, 4)" "$s" "$c"; fi
 else ko listen-backlog "cc failed" "$out/backlog.cc"; fi
+
+# Children of fork() whose parent has the device open (Python's multiprocessing runs
+# rdma-core's rdma_cm tests so): a server and a client, each a child, connect through
+# rdma_cm and send a message; the client waits for its completion on the CQ rdma_cm made
+# (rdma_get_send_comp, which checks that the CQ event names the ID).
+fc=$out/fork_children
+if cc -O1 -Wall -o "$fc" "$here/fork_children.c" -lrdmacm -libverbs 2>"$out/fork.cc"; then
+  X $A "$fc" 10.94.0.1 7472 >"$out/fork.log" 2>&1; rc=$?
+  if [ $rc = 0 ] && grep -q "^server got: hello from a child of fork$" "$out/fork.log" &&
+     grep -q "^client sent$" "$out/fork.log"; then
+    ok fork-children "server and client in children of a parent with the device open"
+  else ko fork-children "exit $rc" "$out/fork.log"; fi
+else ko fork-children "cc failed" "$out/fork.cc"; fi
 
 # A port nobody listens on: the other host's connection manager (it serves 7174) refuses.
 X $B rping -s -a 10.94.0.2 -v >"$out/refused.server" 2>&1 & sp=$!

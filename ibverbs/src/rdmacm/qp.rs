@@ -14,10 +14,13 @@ use crate::qp::{ibv_create_qp, ibv_destroy_qp, ibv_modify_qp};
 
 use super::id::{id_of, last_errno, ret};
 
-/// A completion channel and a CQ of `cqe` entries on `verbs`.
+/// A completion channel and a CQ of `cqe` entries on `verbs` whose `cq_context` is the ID
+/// `id`, as rdma_cm makes them: rdma_verbs.h's `rdma_get_send_comp` and
+/// `rdma_get_recv_comp` check that a CQ event names the ID.
 fn cq_with_channel(
     verbs: *mut ibv_context,
     cqe: u32,
+    id: *mut rdma_cm_id,
 ) -> Result<(*mut ibv_comp_channel, *mut ibv_cq), c_int> {
     // SAFETY: `verbs` is the ID's live context; the calls check their arguments.
     unsafe {
@@ -25,7 +28,7 @@ fn cq_with_channel(
         if ch.is_null() {
             return Err(last_errno());
         }
-        let cq = ibv_create_cq(verbs, cqe.max(1) as c_int, std::ptr::null_mut(), ch, 0);
+        let cq = ibv_create_cq(verbs, cqe.max(1) as c_int, id.cast(), ch, 0);
         if cq.is_null() {
             return Err(last_errno());
         }
@@ -125,13 +128,13 @@ fn create_on(
     };
     if w.send_cq.is_null() {
         if c.send_cq.is_null() {
-            (c.send_cq_channel, c.send_cq) = cq_with_channel(c.verbs, w.cap.max_send_wr)?;
+            (c.send_cq_channel, c.send_cq) = cq_with_channel(c.verbs, w.cap.max_send_wr, id)?;
         }
         *w.send_cq = c.send_cq;
     }
     if w.recv_cq.is_null() {
         if c.recv_cq.is_null() {
-            (c.recv_cq_channel, c.recv_cq) = cq_with_channel(c.verbs, w.cap.max_recv_wr)?;
+            (c.recv_cq_channel, c.recv_cq) = cq_with_channel(c.verbs, w.cap.max_recv_wr, id)?;
         }
         *w.recv_cq = c.recv_cq;
     }
