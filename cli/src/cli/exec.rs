@@ -60,7 +60,9 @@ gets ferroce's library directory alone on its library path.
 
 UCX takes a device only when /dev/infiniband/<dev_name> is a device node: as root, PROGRAM
 runs in a mount namespace of its own whose /dev/infiniband holds one per ferroce device
-(/dev/null under the name ferroce-IFACE); the host's /dev is left as it is. lo's device
+(/dev/null under the name ferroce-IFACE); the host's /dev is left as it is. There, when the
+kernel has no /sys/class/infiniband, one lists each device with its network interface
+(DEVICE/device/net/IFACE, as for a RoCE NIC), where rdma-core's tests look for it. lo's device
 gets one only when UCX_NET_DEVICES names it (lo:1): UCX would take another host's lo as
 reachable.";
 
@@ -97,7 +99,16 @@ pub fn run(a: ExecArgs) -> Result<ExitCode, CliError> {
         .filter(|d| for_ucx(d.name(), d.interface().loopback, ucx_net_devices.as_deref()))
         .collect();
     match device_nodes(&for_ucx) {
-        Ok(n) => tracing::debug!(nodes = n, "device nodes in the program's /dev/infiniband"),
+        Ok(0) => {}
+        Ok(n) => {
+            tracing::debug!(nodes = n, "device nodes in the program's /dev/infiniband");
+            // In the mount namespace device_nodes made (only when it made a node).
+            let all: Vec<_> = devices.iter().collect();
+            match sysfs_class(&all) {
+                Ok(n) => tracing::debug!(devices = n, "in the program's /sys/class/infiniband"),
+                Err(e) => tracing::debug!("no /sys/class/infiniband for the program: {e}"),
+            }
+        }
         // Not root (no CAP_SYS_ADMIN for a mount namespace): programs on libibverbs alone
         // run as before; UCX does not see the devices.
         Err(e) => tracing::debug!("no device nodes for the program: {e}"),
@@ -275,6 +286,71 @@ fn device_nodes(devices: &[&ferroce::verbs::Device]) -> Result<usize, String> {
         n += 1;
     }
     Ok(n)
+}
+
+/// Where a kernel RDMA stack lists its devices, and where programs look for a device's
+/// network interface.
+const SYS_CLASS: &str = "/sys/class";
+
+/// Gives the program, in the mount namespace [`device_nodes`] made (never call it
+/// outside one: it remounts `/sys/class`), a
+/// `/sys/class/infiniband/<device>/device/net/<interface>` per ferroce device, a symlink
+/// to the interface's `/sys/class/net` entry, as a RoCE NIC's PCI device has under it.
+///
+/// rdma-core's own test suite (pyverbs) finds a device's network interface, and so its IP
+/// address, there, and skips every rdma_cm test without it. The host has no
+/// `/sys/class/infiniband` (no kernel RDMA module), and sysfs takes no new directories;
+/// so `/sys/class` becomes a tmpfs that holds the host's classes bound back in under
+/// their own names, beside the new `infiniband`. Left alone where the kernel has the
+/// class. Returns the number of devices listed.
+fn sysfs_class(devices: &[&ferroce::verbs::Device]) -> Result<usize, String> {
+    use nix::mount::{mount, umount2, MntFlags, MsFlags};
+    let class = Path::new(SYS_CLASS);
+    if class.join("infiniband").exists() || devices.is_empty() {
+        return Ok(0);
+    }
+    let bind = |from: &Path, to: &Path| {
+        mount(
+            Some(from),
+            to,
+            None::<&str>,
+            MsFlags::MS_BIND | MsFlags::MS_REC,
+            None::<&str>,
+        )
+        .map_err(|e| format!("binding {} on {}: {e}", from.display(), to.display()))
+    };
+    // The host's classes, kept reachable while a tmpfs covers /sys/class (in the
+    // program's own /dev/infiniband tmpfs; gone again below).
+    let stage = Path::new(DEV_DIR).join(".sys-class");
+    std::fs::create_dir(&stage).map_err(|e| format!("{}: {e}", stage.display()))?;
+    bind(class, &stage)?;
+    let done = (|| {
+        mount(
+            Some("tmpfs"),
+            class,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC | MsFlags::MS_NODEV,
+            Some("mode=755,size=1m"),
+        )
+        .map_err(|e| format!("tmpfs on {SYS_CLASS}: {e}"))?;
+        let entries = std::fs::read_dir(&stage).map_err(|e| format!("{}: {e}", stage.display()))?;
+        for e in entries.flatten() {
+            let to = class.join(e.file_name());
+            std::fs::create_dir(&to).map_err(|e| format!("{}: {e}", to.display()))?;
+            bind(&e.path(), &to)?;
+        }
+        for d in devices {
+            let net = class.join("infiniband").join(d.name()).join("device/net");
+            std::fs::create_dir_all(&net).map_err(|e| format!("{}: {e}", net.display()))?;
+            let iface = &d.interface().name;
+            std::os::unix::fs::symlink(class.join("net").join(iface), net.join(iface))
+                .map_err(|e| format!("{}: {e}", net.display()))?;
+        }
+        Ok(devices.len())
+    })();
+    let _ = umount2(&stage, MntFlags::MNT_DETACH);
+    let _ = std::fs::remove_dir(&stage);
+    done
 }
 
 /// Whether UCX gets a node for the device on interface `name`: every device but `lo`'s,
