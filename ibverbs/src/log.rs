@@ -1,6 +1,6 @@
 //! The library's log: `FERROCE_LOG=debug` (an `EnvFilter` directive, as `RUST_LOG` is for
 //! the CLI) prints ferroce's tracing events on the program's stderr. Unset, nothing is
-//! installed and the program's own output stays as it is.
+//! installed and the program's own output stays as it is. Colours only on a terminal.
 
 use std::sync::Once;
 
@@ -16,6 +16,9 @@ pub(crate) fn init() {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(directive))
             .with_writer(std::io::stderr)
+            // Colours only for a terminal: a log file or a pipe gets plain `key=value`
+            // text that grep finds.
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .try_init();
     });
 }

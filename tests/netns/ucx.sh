@@ -14,6 +14,9 @@
 #                          and 64 KiB messages with UCX_TLS=rc: UCP splits them over every
 #                          RoCE device it is offered, so lo's must not be one (see below)
 #   ucx_info -d            no lo:1 unless UCX_NET_DEVICES names it, then lo:1
+#   io_demo                UCP client and server connected through rdma_cm (ferroce's
+#                          librdmacm.so.1, UCX's rdmacm connection manager), reads and
+#                          writes over rc_verbs with their data checked
 #   afterwards             no ferroce node left in the host's /dev/infiniband
 # ucx_perftest's server takes the client's device name, so both ends' interfaces are
 # named eth1: each server in ux-b (10.88.0.2), each client in ux-a (10.88.0.1).
@@ -74,6 +77,26 @@ run am_bw-ud-bcopy -x ud_verbs -t am_bw -D bcopy -s 512 -n 10000
 UCXENV=UCX_IB_GID_INDEX=0 run am_lat-ud-gid0 -x ud_verbs -t am_lat -s 8 -n 10000
 UCXENV=UCX_TLS=ud_verbs,self NODEV=1 run tag_lat-ucp-ud -t tag_lat -s 8 -n 10000
 UCXENV=UCX_TLS=rc,self NODEV=1 run tag_bw-ucp-rc-64k -t tag_bw -s 65536 -n 2000
+
+# UCP's client-server wire-up through rdma_cm (ferroce's librdmacm.so.1): Debian's io_demo,
+# whose server listens on a socket address (ucp_listener). UCX_SOCKADDR_TLS_PRIORITY=rdmacm
+# leaves UCX no other connection manager (not its TCP one), UCX_TLS=rc_verbs no other way to
+# move the data: 2000 reads and writes of 1 KiB-64 KiB, each checked (-q). Both ends log
+# their rdma_cm events (CONNECT_RESPONSE and rdma_establish on the client, UCX's way).
+e=$out/io_demo-rdmacm
+ucm=(env UCX_SOCKADDR_TLS_PRIORITY=rdmacm UCX_TLS=rc_verbs FERROCE_LOG=ibverbs::rdmacm=debug)
+ip netns exec $B timeout 90 "$F" exec -- "${ucm[@]}" io_demo -p 13400 -q -i 2000 -d 1024:65536 >"$e.server" 2>&1 &
+sp=$!
+sleep 2 # an rdma_cm listener: no TCP port to wait for
+ip netns exec $A timeout 60 "$F" exec -- "${ucm[@]}" io_demo -p 13400 -q -i 2000 -d 1024:65536 \
+  -o read,write -t 30 $SERVER >"$e.client" 2>&1; rc=$?
+kill $sp 2>/dev/null; wait $sp 2>/dev/null
+# The client's reports each count the operations done since the last one.
+ops=$(sed -n 's/.*\[DEMO\] total min:[0-9]* max:[0-9]* total:\([0-9]*\) .*/\1/p' "$e.client" | awk '{ s += $1 } END { print s + 0 }')
+if [ $rc = 0 ] && grep -q "Client exit with status 'OK'" "$e.client" && [ "$ops" = 2000 ] &&
+   grep -q "rdma_cm event event=5" "$e.client" && grep -q "rdma_cm event event=4" "$e.server"; then
+  ok io_demo-rdmacm "UCP connected by rdma_cm, 2000 reads and writes over rc_verbs, data checked"
+else ko io_demo-rdmacm "client exit $rc, $ops of 2000 operations" "$e.client" "$e.server"; fi
 
 # The nodes were in the programs' own mount namespaces: none is left on the host.
 left=$(ls /dev/infiniband 2>/dev/null | grep -c '^ferroce-')
