@@ -56,19 +56,23 @@ fi
 F=${CARGO_TARGET_DIR:-$root/target}/release/ferroce
 machine="$(nproc) CPUs, $(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo), Linux $(uname -r)"
 
+# The awk function the tables share: the median of vals[k, 1..n[k]] ("" when none).
+MED='
+    function med(vals, n, k,   m, i, j, t, a) {
+      m = n[k]; if (m == 0) return ""
+      for (i = 1; i <= m; i++) a[i] = vals[k, i]
+      for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+      return (m % 2) ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
+    }'
+
 # table TITLE RESULTS_FILE: RESULT lines "RESULT mtu test pair value unit" -> a table.
 table() {
   echo
   echo "$1"
-  awk '
+  awk "$MED"'
     $1 == "RESULT" && $5 != "FAILED" && $5 + 0 > 0 { k = $2 " " $3 " " $4; n[k]++; all[k, n[k]] = $5 + 0 }
     $1 == "RESULT" { mtus[$2] = 1; tests[$3] = 1 }
-    function median(k,   m, i, j, t, a) {
-      m = n[k]; if (m == 0) return ""
-      for (i = 1; i <= m; i++) a[i] = all[k, i]
-      for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-      return (m % 2) ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
-    }
+    function median(k) { return med(all, n, k) }
     function f(x) { return (x == "" || x == "FAILED") ? "-" : x }
     function ratio(a, b) { return (a + 0 > 0 && b + 0 > 0) ? sprintf("%.2fx", a / b) : "-" }
     END {
@@ -99,14 +103,9 @@ cpu_table() {
   grep -q '^CPU ' "$2" || return 0
   echo
   echo "$1"
-  awk '
+  awk "$MED"'
     $1 == "CPU" && $5 != "FAILED" && $5 + 0 > 0 { k = $2 " " $3 " " $4; n[k]++; all[k, n[k]] = $5 + 0; mtus[$2] = 1 }
-    function median(k,   m, i, j, t, a) {
-      m = n[k]; if (m == 0) return ""
-      for (i = 1; i <= m; i++) a[i] = all[k, i]
-      for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-      return sprintf("%.3g", (m % 2) ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2)
-    }
+    function median(k,   x) { x = med(all, n, k); return x == "" ? "" : sprintf("%.3g", x) }
     function f(x) { return x == "" ? "-" : x }
     function ratio(a, b) { return (a + 0 > 0 && b + 0 > 0) ? sprintf("%.2fx", a / b) : "-" }
     END {
@@ -143,16 +142,11 @@ if [ "$what" = cm ]; then
   ) | tee -a "$res"
   echo
   echo "Natively on this host on $(date +%F): $machine; veth MTU 1500, median of $REPEAT"
-  awk '
+  awk "$MED"'
     $1 == "RESULT" && !($3 in seen) { seen[$3] = 1; order[++t] = $3 }
     $1 == "RESULT" && $5 != "FAILED" { k = $3 " " $4; n[k]++; v[k, n[k]] = $5 + 0; u[$3] = $6 }
     $1 == "RESULT" && $5 == "FAILED" { failed[$3 " " $4]++ }
-    function median(k,   m, i, j, x, a) {
-      m = n[k]; if (m == 0) return 0
-      for (i = 1; i <= m; i++) a[i] = v[k, i]
-      for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] < a[i]) { x = a[i]; a[i] = a[j]; a[j] = x }
-      return (m % 2) ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
-    }
+    function median(k) { return med(v, n, k) + 0 }
     END {
       print "| test                | unit | TCP-connected | rdma_cm (-R) | -R vs TCP-connected | failed runs |"
       print "|---------------------|------|---------------|--------------|---------------------|-------------|"
@@ -238,16 +232,11 @@ if [ "$what" = pairs ]; then
   done
   echo
   echo "Natively on this host on $(date +%F): $machine; 64 KiB RDMA WRITE, ${DURATION} s, median of $REPEAT"
-  awk '
+  awk "$MED"'
     $1 == "PAIRS" && $4 != "FAILED" { k = $2 " " $3; n[k]++; v[k, n[k]] = $4 + 0; mtus[$2] = 1 }
     $1 == "PAIRS" && $4 == "FAILED" { failed[$2 " " $3]++ }
     $1 == "TCPPAIRS" && $4 != "FAILED" { k = "tcp " $2 " " $3; n[k]++; v[k, n[k]] = $4 + 0 }
-    function median(k,   m, i, j, t, a) {
-      m = n[k]; if (m == 0) return 0
-      for (i = 1; i <= m; i++) a[i] = v[k, i]
-      for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-      return (m % 2) ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
-    }
+    function median(k) { return med(v, n, k) + 0 }
     END {
       print "| MTU   | pairs       | aggregate Gb/s | per pair Gb/s | total / 1 pair | failed runs | TCP pairs Gb/s | TCP total / 1 pair |"
       print "|-------|-------------|----------------|---------------|----------------|-------------|----------------|--------------------|"
