@@ -60,11 +60,11 @@ gets ferroce's library directory alone on its library path.
 
 UCX takes a device only when /dev/infiniband/<dev_name> is a device node: as root, PROGRAM
 runs in a mount namespace of its own whose /dev/infiniband holds one per ferroce device
-(/dev/null under the name ferroce-IFACE); the host's /dev is left as it is. There, when the
-kernel has no /sys/class/infiniband, one lists each device with its network interface
-(DEVICE/device/net/IFACE, as for a RoCE NIC), where rdma-core's tests look for it. lo's device
+(/dev/null under the name ferroce-IFACE); the host's /dev is left as it is. lo's device
 gets one only when UCX_NET_DEVICES names it (lo:1): UCX would take another host's lo as
-reachable.";
+reachable. In the same namespace, when the kernel has no /sys/class/infiniband, one lists
+each device with its network interface (DEVICE/device/net/IFACE, as under a RoCE NIC),
+where rdma-core's tests look for it.";
 
 #[derive(Debug, Args)]
 pub struct ExecArgs {
@@ -323,8 +323,8 @@ fn sysfs_class(devices: &[&ferroce::verbs::Device]) -> Result<usize, String> {
     // program's own /dev/infiniband tmpfs; gone again below).
     let stage = Path::new(DEV_DIR).join(".sys-class");
     std::fs::create_dir(&stage).map_err(|e| format!("{}: {e}", stage.display()))?;
-    bind(class, &stage)?;
     let done = (|| {
+        bind(class, &stage)?;
         mount(
             Some("tmpfs"),
             class,
