@@ -32,6 +32,18 @@ fn readable(fd: c_int) -> bool {
     ferroce::link::eventfd::poll_readable(&[fd], Some(std::time::Duration::ZERO)).unwrap() != 0
 }
 
+/// A new channel and a TCP-port-space ID on it, as a program makes them first.
+fn channel_and_id() -> (*mut rdma_event_channel, *mut rdma_cm_id) {
+    // SAFETY: valid calls; the out-pointer is a local.
+    unsafe {
+        let ch = rdma_create_event_channel();
+        assert!(!ch.is_null());
+        let mut id: *mut rdma_cm_id = null_mut();
+        assert_eq!(rdma_create_id(ch, &mut id, null_mut(), RDMA_PS_TCP), 0);
+        (ch, id)
+    }
+}
+
 #[test]
 fn null_foreign_and_destroyed_handles_get_rdma_cm_errors() {
     let junk = 0x1234usize as *mut rdma_cm_id;
@@ -200,9 +212,7 @@ fn init_qp_attr_gives_init_at_once_and_rtr_only_with_a_peer() {
     use crate::ffi::*;
     // SAFETY: valid calls on objects this test makes; out-pointers are locals.
     unsafe {
-        let ch = rdma_create_event_channel();
-        let mut id: *mut rdma_cm_id = null_mut();
-        assert_eq!(rdma_create_id(ch, &mut id, null_mut(), RDMA_PS_TCP), 0);
+        let (ch, mut id) = channel_and_id();
         let mut a: ibv_qp_attr = std::mem::zeroed();
         let mut mask: c_int = 0;
         a.qp_state = IBV_QPS_INIT;
@@ -266,9 +276,7 @@ fn destroy_id_waits_for_its_events_to_be_acknowledged() {
     use std::sync::Arc;
     // SAFETY: valid calls on objects this test makes; the event is acknowledged once.
     unsafe {
-        let ch = rdma_create_event_channel();
-        let mut id: *mut rdma_cm_id = null_mut();
-        assert_eq!(rdma_create_id(ch, &mut id, null_mut(), RDMA_PS_TCP), 0);
+        let (ch, id) = channel_and_id();
         let e = Event::new(RDMA_CM_EVENT_DISCONNECTED, id as usize, 0);
         assert!(id_of(id).unwrap().shared.post(e));
         let mut got: *mut rdma_cm_event = null_mut();
