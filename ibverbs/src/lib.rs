@@ -27,6 +27,7 @@ mod mw;
 mod open;
 mod ops;
 mod pd;
+mod per_process;
 mod post;
 mod qp;
 mod qp_ex;

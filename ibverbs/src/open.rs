@@ -7,7 +7,7 @@ use std::ffi::c_int;
 use std::mem::size_of;
 
 use ferroce::link::LinkError;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use ferroce::verbs::{AsyncEventSink, Context, Device, Error, WeakContext};
 
@@ -16,6 +16,7 @@ use crate::device::{dev_of, device_name};
 use crate::ffi::*;
 use crate::guard::{catch, errno_of, null_with};
 use crate::handles::{self, Kind};
+use crate::per_process::PerProcess;
 
 fn open_failed(name: &str, e: &Error) {
     // One line that says what to do: the program's own message follows with errno.
@@ -30,25 +31,20 @@ fn open_failed(name: &str, e: &Error) {
 /// The devices this process has open, by name: a second `ibv_open_device` of one device
 /// (a client and a server in one test program) shares the first one's driver, as
 /// contexts of one kernel device share it, instead of failing on the interface's UDP
-/// port, which the first holds. Each with the process that opened it: a child of
-/// fork() (Python's multiprocessing, as rdma-core's own tests use it) inherits the
-/// parent's contexts without their driver threads, and opens its own.
-static OPEN: Mutex<Vec<(String, u32, WeakContext)>> = Mutex::new(Vec::new());
+/// port, which the first holds. A child of fork() opens its own (see [`PerProcess`]).
+static OPEN: PerProcess<(String, WeakContext)> = PerProcess::new();
 
 fn shared_open(name: &str) -> Option<Context> {
-    let open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
-    let me = std::process::id();
-    open.iter()
-        .find(|(n, pid, _)| n == name && *pid == me)
-        .and_then(|(_, _, w)| w.upgrade())
+    OPEN.lock()
+        .iter()
+        .find(|(n, _)| n == name)
+        .and_then(|(_, w)| w.upgrade())
 }
 
 fn remember_open(name: &str, c: &Context) {
-    let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
-    let me = std::process::id();
-    // A parent's entries go too (their weak references only: nothing of them is freed).
-    open.retain(|(n, pid, w)| n != name && *pid == me && w.upgrade().is_some());
-    open.push((name.to_string(), me, c.downgrade()));
+    let mut open = OPEN.lock();
+    open.retain(|(n, w)| n != name && w.upgrade().is_some());
+    open.push((name.to_string(), c.downgrade()));
 }
 
 #[export_name = "__ferroce_ibv_open_device"]

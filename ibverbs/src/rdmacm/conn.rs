@@ -10,8 +10,7 @@
 
 use std::ffi::{c_int, c_void};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use std::mem::ManuallyDrop;
@@ -28,6 +27,7 @@ use crate::ffi::cma_h::*;
 use crate::ffi::*;
 use crate::guard::{catch, set_errno};
 use crate::handles::{self, Kind};
+use crate::per_process::{PerProcess, PerProcessGuard};
 use crate::qp::{ah_attr_of, qp_of};
 
 /// How often a listener's thread looks whether its ID still lives.
@@ -105,19 +105,12 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
 /// on the same port, as perftest does between its two connections, leaves its thread
 /// running for up to `LISTEN_POLL`).
 type ListenKey = (String, bool, u16);
-static LISTENERS: Mutex<Vec<(ListenKey, Weak<Shared>)>> = Mutex::new(Vec::new());
+/// A child of fork() starts with none (see [`PerProcess`]): its parent's listen in the
+/// parent only.
+static LISTENERS: PerProcess<(ListenKey, Weak<Shared>)> = PerProcess::new();
 
-/// The process LISTENERS is about: a child of fork() inherits its parent's, which
-/// listen in the parent only.
-static LISTENERS_OF: AtomicU32 = AtomicU32::new(0);
-
-fn listeners() -> MutexGuard<'static, Vec<(ListenKey, Weak<Shared>)>> {
-    let mut l = LISTENERS.lock().unwrap_or_else(PoisonError::into_inner);
-    let me = std::process::id();
-    if LISTENERS_OF.swap(me, Ordering::Relaxed) != me {
-        l.clear();
-    }
-    l
+fn listeners() -> PerProcessGuard<'static, (ListenKey, Weak<Shared>)> {
+    LISTENERS.lock()
 }
 
 /// Whether `key` is still listened on for an ID gone within `LINGER` (the new ID takes

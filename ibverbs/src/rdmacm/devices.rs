@@ -4,7 +4,7 @@
 
 use std::ffi::c_int;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use ferroce::cm::ConnectionManager;
 use ferroce::net::gid::gid_of;
@@ -14,6 +14,7 @@ use crate::context::ctx_of;
 use crate::device::device_for;
 use crate::ffi::{ibv_context, ibv_pd};
 use crate::guard::errno_of;
+use crate::per_process::PerProcess;
 
 /// An open device and its connection manager.
 pub(crate) struct CmDevice {
@@ -24,8 +25,6 @@ pub(crate) struct CmDevice {
     /// finds the context through `cm_id->pd`).
     pd: usize,
     pub cm: ConnectionManager,
-    /// The process that opened it (a child of fork() opens its own).
-    pid: u32,
 }
 
 impl CmDevice {
@@ -38,23 +37,15 @@ impl CmDevice {
     }
 }
 
-static OPEN: Mutex<Vec<Arc<CmDevice>>> = Mutex::new(Vec::new());
+/// A child of fork() opens its own (see [`PerProcess`]).
+static OPEN: PerProcess<Arc<CmDevice>> = PerProcess::new();
 
 /// The device named `name`, opened (with its CM) on first use.
 fn open(d: &Device) -> Result<Arc<CmDevice>, c_int> {
-    let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
-    let me = std::process::id();
-    if let Some(o) = open.iter().find(|o| o.name == d.name() && o.pid == me) {
+    let mut open = OPEN.lock();
+    if let Some(o) = open.iter().find(|o| o.name == d.name()) {
         return Ok(o.clone());
     }
-    // Those a parent opened before fork() are its own, their CM threads not in this
-    // process: left as they are (ending them would wait for threads that are not here).
-    open.retain(|o| {
-        if o.pid != me {
-            std::mem::forget(o.clone());
-        }
-        o.pid == me
-    });
     // SAFETY: `device_for` gives a live `ibv_device` of this library (never freed).
     let verbs = unsafe { crate::open::ibv_open_device(device_for(d)) };
     let c = ctx_of(verbs).ok_or_else(|| {
@@ -73,7 +64,6 @@ fn open(d: &Device) -> Result<Arc<CmDevice>, c_int> {
         ctx: verbs as usize,
         pd: pd as usize,
         cm,
-        pid: me,
     });
     open.push(o.clone());
     Ok(o)
