@@ -72,6 +72,14 @@ counters! {
     rx_unknown_gid,
     /// Packets to a QP number that does not exist.
     rx_unknown_qp,
+    /// Packets to a multicast group whose BTH does not name the multicast QP, or to the
+    /// multicast QP with a destination that is no group.
+    rx_bad_mcast,
+    /// Packets to a multicast group no QP here is attached to.
+    rx_mcast_no_group,
+    /// Packets to a group delivered to its attached QPs (each QP's copy counts in
+    /// `rcvd_pkts`).
+    mcast_rcv_packets,
     /// UD packets whose Q_Key did not match.
     rx_bad_qkey,
     /// Packets whose P_Key did not match.

@@ -14,6 +14,7 @@ use crate::counters::Counters;
 use crate::cq::CqTable;
 use crate::dcqcn::{DcqcnConfig, DcqcnState, ECN_CE};
 use crate::error::{Error, Result};
+use crate::mcast::{is_multicast_gid, Groups, MULTICAST_QPN};
 use crate::memory::{OwnedMemory, RegionMemory};
 use crate::mr::{Access, MrInfo, MrTable, MwId, MwType};
 use crate::qp::{CnpOut, Ctx, Qp, Rx};
@@ -30,8 +31,8 @@ use crate::verbs::{
 };
 
 /// Lowest QP number handed out: 0 and 1 are the special QPs (SMI, GSI). QP numbers
-/// are drawn at random from `FIRST_QPN..=0xff_ffff`, so a peer cannot guess a live one
-/// from the order of creation.
+/// are drawn at random from `FIRST_QPN..0xff_ffff` (0xffffff is the multicast QP), so a
+/// peer cannot guess a live one from the order of creation.
 pub const FIRST_QPN: u32 = 2;
 /// Seed of the generator behind [`Endpoint::new`] (deterministic, for simulations).
 const SIM_SEED: u64 = 0x5eed_f0ce;
@@ -114,6 +115,8 @@ pub struct Endpoint {
     /// The QP numbers this endpoint may hand out.
     qpn_space: QpnSpace,
     ip_id: u16,
+    /// Multicast groups and their UD QPs.
+    groups: Groups,
 }
 
 /// True when `ip_packet` is long enough to carry an ICRC as its IP length says, and the
@@ -173,6 +176,7 @@ impl Endpoint {
             burst: None,
             qpn_space: QpnSpace::Any,
             ip_id: 0,
+            groups: Groups::default(),
         }
     }
 
@@ -537,7 +541,7 @@ impl Endpoint {
         Ok(qpn)
     }
 
-    /// A random QP number no live QP has, in `FIRST_QPN..=0xff_ffff` or in the blocks
+    /// A random QP number no live QP has, in `FIRST_QPN..0xff_ffff` or in the blocks
     /// given with [`Endpoint::add_qpn_block`].
     fn alloc_qpn(&mut self) -> Option<u32> {
         self.qpn_space.alloc(&mut self.random, &self.qps, FIRST_QPN)
@@ -582,10 +586,41 @@ impl Endpoint {
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<()> {
         let mut qp = self.qps.remove(&qpn).ok_or(Error::InvalidQp(qpn))?;
         self.sched.forget(&mut qp);
+        // As the kernel's uverbs does when a process destroys an attached QP.
+        self.groups.forget(qpn);
         if let Some(s) = qp.srq.and_then(|id| self.srqs.get_mut(id)) {
             s.users -= 1;
         }
         Ok(())
+    }
+
+    /// ibv_attach_mcast: UD QP `qpn` receives, from now on, the SENDs to group `gid` (a
+    /// multicast IP address as a GID) and the multicast QP.
+    pub fn attach_mcast(&mut self, qpn: u32, gid: Ipv6Addr) -> Result<()> {
+        let qp = self.qps.get(&qpn).ok_or(Error::InvalidQp(qpn))?;
+        if qp.qp_type != QpType::Ud {
+            return Err(Error::Unsupported("multicast on a QP other than UD"));
+        }
+        self.groups.attach(gid, qpn)
+    }
+
+    /// ibv_detach_mcast: undoes [`Endpoint::attach_mcast`].
+    pub fn detach_mcast(&mut self, qpn: u32, gid: Ipv6Addr) -> Result<()> {
+        if !self.qps.contains_key(&qpn) {
+            return Err(Error::InvalidQp(qpn));
+        }
+        self.groups.detach(gid, qpn)
+    }
+
+    /// The multicast groups some QP here is attached to: those whose packets the link
+    /// must let in.
+    pub fn mcast_groups(&self) -> Vec<Ipv6Addr> {
+        self.groups.gids()
+    }
+
+    /// Whether some QP here is attached to group `gid`.
+    pub fn in_mcast_group(&self, gid: Ipv6Addr) -> bool {
+        !self.groups.members(gid).is_empty()
     }
 
     /// ibv_create_srq: a shared receive queue in `pd`.
@@ -745,11 +780,17 @@ impl Endpoint {
                 return;
             }
         };
-        if !self.config.local_gids.contains(&dg.dst_gid()) {
+        let bth = repr.bth;
+        let multicast = is_multicast_gid(dg.dst_gid());
+        if multicast != (bth.dest_qp == MULTICAST_QPN) {
+            // A group's packets name the multicast QP, and only they may.
+            self.counters.rx_bad_mcast += 1;
+            return;
+        }
+        if !multicast && !self.config.local_gids.contains(&dg.dst_gid()) {
             self.counters.rx_unknown_gid += 1;
             return;
         }
-        let bth = repr.bth;
         if bth.pkey & 0x7fff != BthRepr::DEFAULT_PKEY & 0x7fff {
             self.counters.rx_bad_pkey += 1;
             return;
@@ -762,6 +803,17 @@ impl Endpoint {
             return;
         }
         let ip_header = dg.ip_header();
+        if multicast {
+            let rx = Rx {
+                bth,
+                ext: repr.ext,
+                payload: repr.payload,
+                src_gid,
+                ip_header,
+            };
+            self.handle_multicast(now, dg.dst_gid(), &rx);
+            return;
+        }
         let Endpoint {
             qps,
             mrs,
@@ -839,6 +891,49 @@ impl Endpoint {
             qp.handle_request(&mut ctx, &rx);
         }
         sched.touch(qp);
+    }
+
+    /// A packet to multicast group `gid`: one copy to each attached QP, which checks it as
+    /// any UD packet (state, Q_Key, receive queue). Only UD SENDs go to groups.
+    fn handle_multicast(&mut self, now: Instant, gid: Ipv6Addr, rx: &Rx<'_>) {
+        if rx.bth.opcode.service() != Service::Ud {
+            self.counters.rx_bad_opcode += 1;
+            return;
+        }
+        let Endpoint {
+            qps,
+            mrs,
+            srqs,
+            cqs,
+            counters,
+            events,
+            sched,
+            groups,
+            ..
+        } = self;
+        let members = groups.members(gid);
+        if members.is_empty() {
+            // Another process's group, or one this device left.
+            counters.rx_mcast_no_group += 1;
+            return;
+        }
+        counters.mcast_rcv_packets += 1;
+        for qpn in members {
+            let Some(qp) = qps.get_mut(qpn) else {
+                continue;
+            };
+            counters.rcvd_pkts += 1;
+            let mut ctx = Ctx {
+                mrs,
+                srqs,
+                cqs,
+                counters,
+                events,
+                now,
+            };
+            qp.handle_request(&mut ctx, rx);
+            sched.touch(qp);
+        }
     }
 
     /// Reaction point: a CNP for `qpn` from `src_gid`.

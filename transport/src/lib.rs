@@ -58,6 +58,7 @@ mod dcqcn;
 mod endpoint;
 mod error;
 mod flags;
+mod mcast;
 mod memory;
 mod mr;
 mod qp;
@@ -79,6 +80,7 @@ pub use endpoint::{
     Endpoint, EndpointConfig, Transmit, FIRST_QPN, HOP_LIMIT, MAX_CQE, MAX_INLINE, MAX_SGE, MAX_WR,
 };
 pub use error::{Error, Result};
+pub use mcast::{is_multicast_gid, MAX_GROUPS, MAX_QPS_PER_GROUP, MULTICAST_QPN};
 pub use memory::{in_bounds, AtomicOp, OwnedMemory, RegionMemory};
 pub use mr::{next_rkey, Access, MrError, MrInfo, MwBind, MwId, MwType};
 pub use qp::{ack_timeout, rc_src_port, ud_src_port, GID_FAMILIES, MAX_RD_ATOMIC};

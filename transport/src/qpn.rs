@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::mcast::MULTICAST_QPN;
 use crate::random::Random;
 
 /// Bits of a QP number below its block: a block is `block << QPN_BLOCK_BITS ..` the next.
@@ -41,7 +42,8 @@ impl QpnSpace {
         live: &BTreeMap<u32, V>,
         first: u32,
     ) -> Option<u32> {
-        let usable = |q: u32| q >= first && q <= 0xff_ffff && !live.contains_key(&q);
+        // 0xffffff is the multicast QP every group's packets name: no QP's own.
+        let usable = |q: u32| q >= first && q < MULTICAST_QPN && !live.contains_key(&q);
         match self {
             QpnSpace::Any => (0..64)
                 .map(|_| random.u32() & 0xff_ffff)
@@ -94,12 +96,24 @@ mod tests {
     }
 
     #[test]
+    fn the_multicast_qp_number_is_never_handed_out() {
+        let mut random = Random::seeded(5);
+        let mut live = BTreeMap::new();
+        let space = QpnSpace::Blocks(vec![0xffff]);
+        while let Some(q) = space.alloc(&mut random, &live, 2) {
+            live.insert(q, ());
+        }
+        assert_eq!(live.len(), QPN_BLOCK_SIZE as usize - 1);
+        assert!(!live.contains_key(&MULTICAST_QPN));
+    }
+
+    #[test]
     fn no_blocks_means_no_numbers_and_any_means_any() {
         let mut random = Random::seeded(1);
         let live: BTreeMap<u32, ()> = BTreeMap::new();
         assert_eq!(QpnSpace::Blocks(vec![]).alloc(&mut random, &live, 2), None);
         let q = QpnSpace::Any.alloc(&mut random, &live, 2).unwrap();
-        assert!((2..=0xff_ffff).contains(&q));
+        assert!((2..0xff_ffff).contains(&q));
     }
 
     #[test]

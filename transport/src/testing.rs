@@ -315,18 +315,27 @@ impl Sim {
                     core::net::IpAddr::V4(a) => a.to_ipv6_mapped(),
                     core::net::IpAddr::V6(a) => a,
                 };
-                let Some(to) = self.route(dst) else {
+                // A group's packets reach every other node, as through a switch that
+                // floods them; the sender's own QPs are its driver's business.
+                let to: Vec<usize> = if crate::is_multicast_gid(dst) {
+                    (0..self.nodes.len()).filter(|n| *n != from).collect()
+                } else {
+                    self.route(dst).into_iter().collect()
+                };
+                if to.is_empty() {
                     self.stats.unroutable += 1;
                     continue;
-                };
-                let mut pkt = self.buf[..t.len].to_vec();
-                if let Some(tap) = &mut self.tap {
-                    if !tap(from, to, &mut pkt) {
-                        self.stats.tapped_out += 1;
-                        continue;
-                    }
                 }
-                self.inject(from, to, pkt);
+                for to in to {
+                    let mut pkt = self.buf[..t.len].to_vec();
+                    if let Some(tap) = &mut self.tap {
+                        if !tap(from, to, &mut pkt) {
+                            self.stats.tapped_out += 1;
+                            continue;
+                        }
+                    }
+                    self.inject(from, to, pkt);
+                }
             }
         }
     }
