@@ -48,6 +48,7 @@ fn main() {
         own_mac: iface.mac,
         outgoing_to_self: false,
         blocks: Some(Vec::new()),
+        multicast: false,
     });
     let link = RawSocket::open(iface.index, 2048, RingUse::None, &nothing, false)
         .expect("AF_PACKET (root?)");

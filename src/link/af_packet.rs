@@ -211,6 +211,27 @@ impl RawSocket {
         ret == 0 && v != 0
     }
 
+    /// Joins or leaves multicast MAC address `mac` on the socket's interface
+    /// (PACKET_ADD_MEMBERSHIP): while joined, the NIC takes frames sent to it in. The
+    /// kernel keeps the membership with the socket and drops it when the socket closes,
+    /// so a process that dies leaves none behind.
+    pub fn set_multicast_membership(&self, mac: [u8; 6], member: bool) -> io::Result<()> {
+        let mut address = [0u8; 8];
+        address[..6].copy_from_slice(&mac);
+        let mreq = libc::packet_mreq {
+            mr_ifindex: self.ifindex as libc::c_int,
+            mr_type: libc::PACKET_MR_MULTICAST as libc::c_ushort,
+            mr_alen: 6,
+            mr_address: address,
+        };
+        let opt = if member {
+            libc::PACKET_ADD_MEMBERSHIP
+        } else {
+            libc::PACKET_DROP_MEMBERSHIP
+        };
+        setsockopt(self.fd.as_raw_fd(), libc::SOL_PACKET, opt, &mreq)
+    }
+
     /// Replaces the socket's filter; the kernel swaps it atomically, so no frame is judged
     /// by neither program.
     pub fn set_filter(&self, filter: &[SockFilter]) -> io::Result<()> {

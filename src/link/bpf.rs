@@ -70,7 +70,13 @@ pub struct FilterSpec {
     /// Only frames whose destination QP lies in one of these blocks (a QP number's bits
     /// above [`QPN_BLOCK_BITS`]); `None`: any destination QP.
     pub blocks: Option<Vec<u16>>,
+    /// Also frames to the multicast QP (a QP of this process is in a multicast group),
+    /// and, with `outgoing_to_self`, those other processes here send to a multicast MAC.
+    pub multicast: bool,
 }
+
+/// The destination QP of multicast packets.
+const MULTICAST_QPN: u32 = 0xff_ffff;
 
 #[derive(Clone, Copy)]
 enum Label {
@@ -118,6 +124,10 @@ pub fn roce_filter(spec: &FilterSpec) -> Vec<SockFilter> {
         jump(JEQ_K, PKTTYPE_OUTGOING, None, Some(Eth)),
     ];
     if spec.outgoing_to_self {
+        if spec.multicast {
+            // The group bit of the destination MAC: another process's multicast.
+            ops.extend([ins(LD_B_ABS, 0), jump(JSET_K, 1, Some(Eth), None)]);
+        }
         ops.extend([
             ins(LD_W_ABS, 0),
             jump(
@@ -164,6 +174,11 @@ pub fn roce_filter(spec: &FilterSpec) -> Vec<SockFilter> {
         ins(RET_K, 0),
         Op::Mark(Qp),
     ]);
+    if spec.multicast {
+        // Before the block list: a jump over it stays within 255 instructions.
+        ops.push(ins(ALU_AND_K, MULTICAST_QPN));
+        ops.push(jump(JEQ_K, MULTICAST_QPN, Some(Accept), None));
+    }
     if let Some(blocks) = &spec.blocks {
         assert!(
             blocks.len() <= MAX_BLOCKS,
@@ -280,6 +295,7 @@ mod tests {
             own_mac: MAC,
             outgoing_to_self,
             blocks,
+            multicast: false,
         })
     }
 
@@ -363,9 +379,52 @@ mod tests {
 
     #[test]
     fn the_most_blocks_still_assemble() {
-        let blocks: Vec<u16> = (1..=MAX_BLOCKS as u16).collect();
-        let prog = spec(Some(blocks), true);
-        assert_eq!(run(&prog, &frame_to(200 << 8), PKTTYPE_HOST), ACCEPT);
-        assert_eq!(run(&prog, &frame_to(201 << 8), PKTTYPE_HOST), 0);
+        for multicast in [false, true] {
+            let blocks: Vec<u16> = (1..=MAX_BLOCKS as u16).collect();
+            let prog = roce_filter(&FilterSpec {
+                own_mac: MAC,
+                outgoing_to_self: true,
+                blocks: Some(blocks),
+                multicast,
+            });
+            assert_eq!(run(&prog, &frame_to(200 << 8), PKTTYPE_HOST), ACCEPT);
+            assert_eq!(run(&prog, &frame_to(201 << 8), PKTTYPE_HOST), 0);
+            let to_group = if multicast { ACCEPT } else { 0 };
+            assert_eq!(run(&prog, &frame_to(MULTICAST_QPN), PKTTYPE_HOST), to_group);
+        }
+    }
+
+    #[test]
+    fn multicast_frames_only_for_a_process_in_a_group() {
+        const PKTTYPE_MULTICAST: u32 = 2;
+        let spec = |multicast, outgoing_to_self| {
+            roce_filter(&FilterSpec {
+                own_mac: MAC,
+                outgoing_to_self,
+                blocks: Some(vec![0x1234]),
+                multicast,
+            })
+        };
+        let mut to_group = frame_to(MULTICAST_QPN);
+        to_group[..6].copy_from_slice(&[0x01, 0x00, 0x5e, 0x01, 0x02, 0x03]);
+        let (member, other) = (spec(true, true), spec(false, true));
+        assert_eq!(run(&member, &to_group, PKTTYPE_MULTICAST), ACCEPT);
+        assert_eq!(run(&other, &to_group, PKTTYPE_MULTICAST), 0);
+        // Sent by another process on this host: seen going out.
+        assert_eq!(run(&member, &to_group, PKTTYPE_OUTGOING), ACCEPT);
+        assert_eq!(run(&other, &to_group, PKTTYPE_OUTGOING), 0);
+        // The reserved byte before the QP number does not hide the multicast QP.
+        let mut reserved = to_group.clone();
+        reserved[14 + 20 + 8 + 4] = 0xff;
+        assert_eq!(run(&member, &reserved, PKTTYPE_MULTICAST), ACCEPT);
+        // A member still takes only its own blocks' unicast frames, and no one else's
+        // outgoing unicast.
+        assert_eq!(run(&member, &frame_to(0x12_3456), PKTTYPE_HOST), ACCEPT);
+        assert_eq!(run(&member, &frame_to(0x12_3556), PKTTYPE_HOST), 0);
+        let mut to_peer = frame_to(0x12_3456);
+        to_peer[..6].copy_from_slice(&[2, 0, 0, 0, 0, 10]);
+        assert_eq!(run(&member, &to_peer, PKTTYPE_OUTGOING), 0);
+        // On lo every frame comes back in: outgoing copies stay out.
+        assert_eq!(run(&spec(true, false), &to_group, PKTTYPE_OUTGOING), 0);
     }
 }

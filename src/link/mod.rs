@@ -12,6 +12,7 @@
 //! (`af_packet`, `packet_ring`, `udp_guard`, `eventfd`, `timerfd`, `interface`, `sched`),
 //! each block with its `// SAFETY:` argument.
 
+use std::collections::BTreeSet;
 use std::io;
 use std::os::fd::RawFd;
 
@@ -22,6 +23,7 @@ pub mod eventfd;
 pub mod gso;
 pub mod interface;
 mod memory;
+mod multicast;
 pub mod oper_state;
 mod packet;
 pub mod packet_ring;
@@ -34,6 +36,7 @@ pub mod vnet;
 
 pub use batch::{FrameBatch, TxOutcome, BATCH_BYTES, MAX_FRAME, MIN_SLOT};
 pub use memory::{Fate, MemoryLink, SuperFault};
+pub use multicast::multicast_mac;
 pub use packet::{LinkError, PacketLink};
 pub use share::LinkUsers;
 
@@ -92,6 +95,13 @@ pub trait Link: Send + Sync + 'static {
     /// what changed since the last call.
     fn is_up(&self) -> bool {
         true
+    }
+    /// The multicast MAC addresses whose frames the link takes in, from now on: those of
+    /// the groups some QP of this process is in. A non-empty set also lets in the frames
+    /// to the multicast QP (and those other processes here send to a group); an empty one
+    /// leaves them out again.
+    fn set_multicast(&self, _macs: &BTreeSet<[u8; 6]>) -> io::Result<()> {
+        Ok(())
     }
     /// How many processes and QPs use the link's interface, if it is shared.
     fn users(&self) -> Option<LinkUsers> {

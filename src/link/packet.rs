@@ -1,6 +1,7 @@
 //! A real interface: an AF_PACKET socket (with its PACKET_MMAP ring) that sees the RoCE v2
 //! frames, and the UDP 4791 guard that keeps the kernel from answering them.
 
+use std::collections::BTreeSet;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
@@ -46,6 +47,8 @@ pub struct PacketLink {
     serving_same_host: AtomicBool,
     /// A GSI QP runs here: the filter takes QP1's frames too (see [`Link::serve_gsi`]).
     serving_gsi: AtomicBool,
+    /// The multicast MAC addresses the socket has joined (see [`Link::set_multicast`]).
+    multicast: Mutex<BTreeSet<[u8; 6]>>,
 }
 
 /// What the GSO data path did, for `--stats`.
@@ -108,7 +111,7 @@ impl PacketLink {
                 None
             }
         };
-        let filter = roce_filter(&filter_spec(&iface, share.as_ref(), false));
+        let filter = roce_filter(&filter_spec(&iface, share.as_ref(), false, false));
         let socket = RawSocket::open(iface.index, max_frame, rings, &filter, vnet_wanted())
             .map_err(|e| match e.raw_os_error() {
                 Some(libc::EPERM) | Some(libc::EACCES) => LinkError::Permission,
@@ -158,6 +161,7 @@ impl PacketLink {
             rx_drops: AtomicU64::new(0),
             serving_same_host: AtomicBool::new(false),
             serving_gsi: AtomicBool::new(false),
+            multicast: Mutex::new(BTreeSet::new()),
         };
         tracing::info!(iface = %link.iface.name, io = link.io_mode(), "link open");
         Ok(link)
@@ -322,9 +326,10 @@ fn refuses_offload(e: &io::Error) -> bool {
     )
 }
 
-/// The socket filter for `iface`: this process's blocks if it shares the interface, and
-/// block 0 (QP1's; the registry never hands it out) when it runs a GSI QP.
-fn filter_spec(iface: &Interface, share: Option<&Share>, gsi: bool) -> FilterSpec {
+/// The socket filter for `iface`: this process's blocks if it shares the interface,
+/// block 0 (QP1's; the registry never hands it out) when it runs a GSI QP, and the
+/// multicast QP when a QP here is in a group.
+fn filter_spec(iface: &Interface, share: Option<&Share>, gsi: bool, multicast: bool) -> FilterSpec {
     FilterSpec {
         own_mac: iface.mac,
         outgoing_to_self: !iface.loopback,
@@ -335,7 +340,26 @@ fn filter_spec(iface: &Interface, share: Option<&Share>, gsi: bool) -> FilterSpe
             }
             b
         }),
+        multicast,
     }
+}
+
+impl PacketLink {
+    /// Installs the filter for what the link serves now (blocks, QP1, multicast).
+    fn refilter(&self) -> io::Result<()> {
+        let gsi = self.serving_gsi.load(Ordering::Relaxed);
+        let multicast = !relock(&self.multicast).is_empty();
+        self.socket.set_filter(&roce_filter(&filter_spec(
+            &self.iface,
+            self.share.as_ref(),
+            gsi,
+            multicast,
+        )))
+    }
+}
+
+fn relock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Link for PacketLink {
@@ -355,23 +379,62 @@ impl Link for PacketLink {
         let Some(b) = share.claim()? else {
             return Ok(None);
         };
-        let gsi = self.serving_gsi.load(Ordering::Relaxed);
-        self.socket
-            .set_filter(&roce_filter(&filter_spec(&self.iface, Some(share), gsi)))?;
+        self.refilter()?;
         Ok(Some(b))
     }
     fn sees_own_frames(&self) -> bool {
         self.iface.loopback
     }
     fn serve_gsi(&self) -> io::Result<()> {
-        let Some(share) = &self.share else {
+        if self.share.is_none() {
             return Ok(()); // the filter takes every QP's frames already
-        };
+        }
         if self.serving_gsi.swap(true, Ordering::Relaxed) {
             return Ok(());
         }
-        self.socket
-            .set_filter(&roce_filter(&filter_spec(&self.iface, Some(share), true)))
+        self.refilter()
+    }
+    fn set_multicast(&self, macs: &BTreeSet<[u8; 6]>) -> io::Result<()> {
+        let mut joined = relock(&self.multicast);
+        if *joined == *macs {
+            return Ok(());
+        }
+        let was_member = !joined.is_empty();
+        // `joined` stays what the socket has, whatever fails.
+        let mut result = Ok(());
+        // lo has no multicast filter: every frame sent comes back in.
+        let membership = |mac: [u8; 6], on: bool| {
+            if self.iface.loopback {
+                Ok(())
+            } else {
+                self.socket.set_multicast_membership(mac, on)
+            }
+        };
+        for mac in macs.difference(&joined.clone()) {
+            if let Err(e) = membership(*mac, true) {
+                result = Err(e);
+                break;
+            }
+            joined.insert(*mac);
+        }
+        for mac in joined.clone().difference(macs) {
+            if let Err(e) = membership(*mac, false) {
+                tracing::debug!(error = %e, "cannot leave a multicast MAC address");
+            }
+            joined.remove(mac);
+        }
+        let member = !joined.is_empty();
+        drop(joined);
+        if member != was_member {
+            if member {
+                // Other processes here may send to the group: their frames go out on
+                // the interface, and this socket must see them.
+                self.serve_same_host();
+            }
+            self.refilter()?;
+            tracing::info!(iface = %self.iface.name, member, "multicast QP frames");
+        }
+        result
     }
     fn report_qps(&self, qps: usize) {
         if let Some(s) = &self.share {
