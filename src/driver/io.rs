@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use ferroce_transport::Endpoint;
+use ferroce_transport::{Endpoint, MULTICAST_QPN};
 use ferroce_wire::{split_link, EthernetRepr};
 
-use crate::link::{fill_batch, send_or_lose, FrameBatch, Link, TxOutcome};
+use crate::link::{fill_batch, multicast_mac, send_or_lose, FrameBatch, Link, TxOutcome};
 use crate::net::neigh::{ResolveError, Resolver};
 
 use super::tx_pipe::TxPipe;
@@ -98,6 +98,10 @@ impl LinkIo {
             // its answers): no neighbour needed.
             self.link.serve_same_host();
             return Ok(self.link.mac());
+        }
+        if let Some(mac) = multicast_mac(ip) {
+            // A group's address: no neighbour to ask.
+            return Ok(mac);
         }
         if let Some(mac) = relock(&self.neighbours).get(&ip) {
             return Ok(*mac);
@@ -368,7 +372,7 @@ impl Framer<'_> {
                 let dst = if local {
                     Some(self.src)
                 } else {
-                    neighbours.get(&t.dst).copied()
+                    multicast_mac(t.dst).or_else(|| neighbours.get(&t.dst).copied())
                 };
                 self.last = Some((t.dst, local, dst));
                 (local, dst)
@@ -393,6 +397,19 @@ impl Framer<'_> {
             // MAD too, the others' see it on the link. A packet socket never sees what it
             // sent itself, except on lo, where the frame comes back in to everyone.
             if !io.link.sees_own_frames() {
+                relock(&io.loopback).push_back(slot[14..14 + t.len].to_vec());
+            }
+            return Some(14 + t.len);
+        }
+        if t.dst_qpn == MULTICAST_QPN {
+            // To a group: it goes out, and this process's own QPs in the group take a copy
+            // too, as from a NIC, which loops a group's packets back to its port. Other
+            // processes here see it go out (on lo, come back in, to this one as well).
+            let gid = match t.dst {
+                IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+                IpAddr::V6(v6) => v6,
+            };
+            if !io.link.sees_own_frames() && ep.in_mcast_group(gid) {
                 relock(&io.loopback).push_back(slot[14..14 + t.len].to_vec());
             }
             return Some(14 + t.len);

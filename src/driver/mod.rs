@@ -217,13 +217,58 @@ impl Shared {
     pub fn destroy_qp(&self, ep: &mut Endpoint, qpn: u32) -> ferroce_transport::Result<()> {
         let r = ep.destroy_qp(qpn);
         self.io.link.report_qps(ep.qp_count());
+        // It may have been the last QP of a multicast group.
+        if let Err(e) = self.sync_multicast(ep) {
+            tracing::debug!(error = %e, "cannot update the link's multicast addresses");
+        }
         r
+    }
+
+    /// ibv_attach_mcast (`attach`) or ibv_detach_mcast of UD QP `qpn` and group `gid`
+    /// (see [`Endpoint::attach_mcast`]); the link then takes in the frames of exactly the
+    /// groups some QP here is in.
+    pub fn set_mcast(
+        &self,
+        qpn: u32,
+        gid: std::net::Ipv6Addr,
+        attach: bool,
+    ) -> ferroce_transport::Result<()> {
+        let mut ep = self.endpoint();
+        if attach {
+            ep.attach_mcast(qpn, gid)?;
+        } else {
+            ep.detach_mcast(qpn, gid)?;
+        }
+        if let Err(e) = self.sync_multicast(&ep) {
+            tracing::warn!(error = %e, %gid, "cannot take in the multicast group's frames");
+            if attach {
+                let _ = ep.detach_mcast(qpn, gid);
+                let _ = self.sync_multicast(&ep);
+                return Err(ferroce_transport::Error::OutOfResources);
+            }
+        }
+        Ok(())
+    }
+
+    /// Tells the link the multicast MAC addresses of the endpoint's groups.
+    fn sync_multicast(&self, ep: &Endpoint) -> std::io::Result<()> {
+        let macs = ep
+            .mcast_groups()
+            .into_iter()
+            .filter_map(|g| crate::link::multicast_mac(gid_ip(g)))
+            .collect();
+        self.io.link.set_multicast(&macs)
     }
 
     /// How many processes and QPs use the interface, when other processes may share it.
     pub fn link_users(&self) -> Option<crate::link::LinkUsers> {
         self.io.link.users()
     }
+}
+
+/// A GID as the IP address it stands for (IPv4 for the IPv4-mapped ones).
+fn gid_ip(gid: std::net::Ipv6Addr) -> IpAddr {
+    gid.to_ipv4_mapped().map_or(IpAddr::V6(gid), IpAddr::V4)
 }
 
 /// The running driver; dropping it stops the thread.

@@ -219,6 +219,20 @@ impl QueuePair {
         Ok(())
     }
 
+    /// ibv_attach_mcast: this UD QP receives, from now on, the SENDs to multicast group
+    /// `gid` (an IP multicast address as a GID; IPv4 in IPv4-mapped form) and the
+    /// multicast QP ([`ferroce_transport::MULTICAST_QPN`]), besides those sent to it. The
+    /// interface takes in the group's frames while some QP here is attached.
+    pub fn attach_mcast(&self, gid: Ipv6Addr) -> Result<(), Error> {
+        Ok(self.ctx.shared().set_mcast(self.qpn, gid, true)?)
+    }
+
+    /// ibv_detach_mcast: undoes [`QueuePair::attach_mcast`]. Destroying the QP detaches
+    /// it from every group too.
+    pub fn detach_mcast(&self, gid: Ipv6Addr) -> Result<(), Error> {
+        Ok(self.ctx.shared().set_mcast(self.qpn, gid, false)?)
+    }
+
     /// Posts a receive work request.
     pub fn post_recv(&self, wr: &RecvWr) -> Result<(), Error> {
         // The transport's clock, as the driver passes it to handle_packet.
