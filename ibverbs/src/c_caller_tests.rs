@@ -698,3 +698,178 @@ fn memory_windows_open_and_close_remote_access_through_the_ops_table() {
         assert_eq!(ibv_close_device(ctx), 0);
     }
 }
+
+/// A UD QP of `pd` on `cq`, in RTS with Q_Key `qkey`.
+unsafe fn ud_qp(pd: *mut ibv_pd, cq: *mut ibv_cq, qkey: u32) -> *mut ibv_qp {
+    // SAFETY: live objects (the caller's contract); locals for the attributes.
+    unsafe {
+        let mut init: ibv_qp_init_attr = std::mem::zeroed();
+        init.send_cq = cq;
+        init.recv_cq = cq;
+        init.qp_type = IBV_QPT_UD;
+        init.cap = ibv_qp_cap {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let qp = ibv_create_qp(pd, &mut init);
+        assert!(!qp.is_null());
+        let mut a: ibv_qp_attr = std::mem::zeroed();
+        a.qp_state = IBV_QPS_INIT;
+        a.port_num = 1;
+        a.qkey = qkey;
+        let m = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
+        assert_eq!(ibv_modify_qp(qp, &mut a, m as c_int), 0);
+        a.qp_state = IBV_QPS_RTR;
+        assert_eq!(ibv_modify_qp(qp, &mut a, IBV_QP_STATE as c_int), 0);
+        a.qp_state = IBV_QPS_RTS;
+        a.sq_psn = 1;
+        let m = IBV_QP_STATE | IBV_QP_SQ_PSN;
+        assert_eq!(ibv_modify_qp(qp, &mut a, m as c_int), 0);
+        qp
+    }
+}
+
+#[test]
+fn a_ud_qp_in_a_multicast_group_receives_what_is_sent_to_it() {
+    use crate::ah::ibv_create_ah;
+    use crate::mcast::{ibv_attach_mcast, ibv_detach_mcast};
+    const QKEY: u32 = 0x1111_2222;
+    let (ctx, _peer) = memory_device();
+    let group = ibv_gid {
+        raw: std::net::Ipv4Addr::new(239, 7, 7, 7)
+            .to_ipv6_mapped()
+            .octets(),
+    };
+    let unicast = ibv_gid {
+        raw: std::net::Ipv4Addr::new(10, 7, 7, 7)
+            .to_ipv6_mapped()
+            .octets(),
+    };
+    let mut buf = vec![0u8; 256];
+    // SAFETY: valid calls on live objects, and invalid ones (NULL, RC QP, a unicast GID,
+    // a second detach) that must fail with EINVAL; `buf` outlives its registration.
+    unsafe {
+        let pd = ibv_alloc_pd(ctx);
+        let cq = ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0);
+        let (sender, member, outsider) = (
+            ud_qp(pd, cq, QKEY),
+            ud_qp(pd, cq, QKEY),
+            ud_qp(pd, cq, QKEY),
+        );
+        let (rc, _) = rc_pair(
+            ctx,
+            pd,
+            cq,
+            ibv_qp_cap {
+                max_send_wr: 1,
+                max_recv_wr: 1,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            0,
+        );
+        assert_eq!(ibv_attach_mcast(null_mut(), &group, 0), libc::EINVAL);
+        assert_eq!(ibv_attach_mcast(member, std::ptr::null(), 0), libc::EINVAL);
+        assert_eq!(ibv_attach_mcast(rc, &group, 0), libc::EINVAL, "RC QP");
+        assert_eq!(
+            ibv_attach_mcast(member, &unicast, 0),
+            libc::EINVAL,
+            "no group"
+        );
+        assert_eq!(
+            ibv_detach_mcast(member, &group, 0),
+            libc::EINVAL,
+            "not attached"
+        );
+        assert_eq!(ibv_attach_mcast(member, &group, 0), 0);
+
+        let mr = ibv_reg_mr(
+            pd,
+            buf.as_mut_ptr().cast(),
+            256,
+            IBV_ACCESS_LOCAL_WRITE as c_int,
+        );
+        let base = buf.as_ptr() as u64;
+        let post_recv = |qp: *mut ibv_qp, id: u64, at: u64| {
+            let mut sge = ibv_sge {
+                addr: base + at,
+                length: 64,
+                lkey: (*mr).lkey,
+            };
+            let mut wr: ibv_recv_wr = std::mem::zeroed();
+            wr.wr_id = id;
+            wr.sg_list = &mut sge;
+            wr.num_sge = 1;
+            let mut bad = null_mut();
+            assert_eq!(((*ctx).ops.post_recv.unwrap())(qp, &mut wr, &mut bad), 0);
+        };
+        post_recv(member, 10, 0);
+        post_recv(outsider, 11, 64);
+        let mut ah_attr: ibv_ah_attr = std::mem::zeroed();
+        ah_attr.is_global = 1;
+        ah_attr.grh.dgid = group;
+        ah_attr.grh.hop_limit = 1;
+        ah_attr.port_num = 1;
+        let ah = ibv_create_ah(pd, &mut ah_attr);
+        assert!(!ah.is_null(), "a group needs no neighbour");
+        buf[128..133].copy_from_slice(b"hello");
+        let send = |id: u64| {
+            let mut sge = ibv_sge {
+                addr: base + 128,
+                length: 5,
+                lkey: (*mr).lkey,
+            };
+            let mut wr: ibv_send_wr = std::mem::zeroed();
+            wr.wr_id = id;
+            wr.sg_list = &mut sge;
+            wr.num_sge = 1;
+            wr.opcode = IBV_WR_SEND;
+            wr.send_flags = IBV_SEND_SIGNALED;
+            wr.wr.ud.ah = ah;
+            wr.wr.ud.remote_qpn = 0xff_ffff;
+            wr.wr.ud.remote_qkey = QKEY;
+            let mut bad = null_mut();
+            assert_eq!(
+                ((*ctx).ops.post_send.unwrap())(sender, &mut wr, &mut bad),
+                0
+            );
+        };
+        send(1);
+        let wcs = completions(ctx, cq, 2);
+        let recv = wcs
+            .iter()
+            .find(|w| w.wr_id == 10)
+            .expect("the member's receive");
+        assert_eq!(
+            (recv.qp_num, recv.src_qp, recv.byte_len),
+            ((*member).qp_num, (*sender).qp_num, 40 + 5)
+        );
+        assert_eq!(&buf[40..45], b"hello");
+        let ids: Vec<u64> = wcs.iter().map(|w| w.wr_id).collect();
+        assert!(!ids.contains(&11), "the outsider got it: {ids:?}");
+
+        // Detached, the member gets nothing more: only the send completes.
+        assert_eq!(ibv_detach_mcast(member, &group, 0), 0);
+        assert_eq!(ibv_detach_mcast(member, &group, 0), libc::EINVAL);
+        post_recv(member, 12, 0);
+        send(2);
+        let wcs = completions(ctx, cq, 1);
+        assert_eq!(wcs[0].wr_id, 2);
+        std::thread::sleep(Duration::from_millis(50));
+        let mut wc: [ibv_wc; 4] = std::mem::zeroed();
+        assert_eq!(((*ctx).ops.poll_cq.unwrap())(cq, 4, wc.as_mut_ptr()), 0);
+
+        // A destroyed QP leaves its groups with it.
+        assert_eq!(ibv_attach_mcast(member, &group, 0), 0);
+        assert_eq!(ibv_destroy_qp(member), 0);
+        assert_eq!(
+            ibv_attach_mcast(member, &group, 0),
+            libc::EINVAL,
+            "destroyed"
+        );
+    }
+}

@@ -40,6 +40,7 @@ versioned! {
     ibv_ack_async_event @ "IBVERBS_1.1";
     ibv_ack_cq_events @ "IBVERBS_1.1";
     ibv_alloc_pd @ "IBVERBS_1.1";
+    ibv_attach_mcast @ "IBVERBS_1.1";
     ibv_close_device @ "IBVERBS_1.1";
     ibv_create_ah @ "IBVERBS_1.1";
     ibv_create_ah_from_wc @ "IBVERBS_1.1";
@@ -53,6 +54,7 @@ versioned! {
     ibv_destroy_comp_channel @ "IBVERBS_1.0";
     ibv_destroy_cq @ "IBVERBS_1.1";
     ibv_destroy_qp @ "IBVERBS_1.1";
+    ibv_detach_mcast @ "IBVERBS_1.1";
     ibv_destroy_srq @ "IBVERBS_1.1";
     ibv_dofork_range @ "IBVERBS_1.1";
     ibv_dontfork_range @ "IBVERBS_1.1";

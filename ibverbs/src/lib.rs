@@ -22,6 +22,7 @@ mod guard;
 mod handles;
 mod hint;
 mod log;
+mod mcast;
 mod mr;
 mod mw;
 mod open;

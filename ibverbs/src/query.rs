@@ -4,7 +4,9 @@
 use std::ffi::{c_int, c_uint};
 use std::mem::size_of;
 
-use ferroce_transport::{MAX_CQE, MAX_INLINE, MAX_RD_ATOMIC, MAX_SGE, MAX_WR};
+use ferroce_transport::{
+    MAX_CQE, MAX_GROUPS, MAX_INLINE, MAX_QPS_PER_GROUP, MAX_RD_ATOMIC, MAX_SGE, MAX_WR,
+};
 
 use crate::context::{ctx_of, Ctx};
 use crate::ffi::*;
@@ -48,6 +50,11 @@ fn device_attr(c: &Ctx) -> ibv_device_attr {
     a.max_qp_init_rd_atom = MAX_RD_ATOMIC as c_int;
     a.atomic_cap = IBV_ATOMIC_HCA;
     a.max_ah = MAX_OBJECTS;
+    // Multicast groups as rxe counts them: pyverbs' tests skip multicast where
+    // max_mcast_grp is 0.
+    a.max_mcast_grp = MAX_GROUPS as c_int;
+    a.max_mcast_qp_attach = MAX_QPS_PER_GROUP as c_int;
+    a.max_total_mcast_qp_attach = (MAX_GROUPS * MAX_QPS_PER_GROUP) as c_int;
     a.max_srq = MAX_OBJECTS;
     a.max_srq_wr = MAX_WR as c_int;
     a.max_srq_sge = MAX_SGE as c_int;

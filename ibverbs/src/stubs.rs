@@ -70,7 +70,6 @@ stubs! {
     void __verbs_log @ "IBVERBS_PRIVATE_34";
     ptr _verbs_init_and_alloc_context @ "IBVERBS_PRIVATE_34";
     enotsup execute_ioctl @ "IBVERBS_PRIVATE_34";
-    enotsup ibv_attach_mcast @ "IBVERBS_1.1";
     enotsup ibv_cmd_advise_mr @ "IBVERBS_PRIVATE_34";
     enotsup ibv_cmd_alloc_dm @ "IBVERBS_PRIVATE_34";
     enotsup ibv_cmd_alloc_mw @ "IBVERBS_PRIVATE_34";
@@ -134,7 +133,6 @@ stubs! {
     void ibv_copy_path_rec_from_kern @ "IBVERBS_1.0";
     void ibv_copy_path_rec_to_kern @ "IBVERBS_1.0";
     void ibv_copy_qp_attr_from_kern @ "IBVERBS_1.0";
-    enotsup ibv_detach_mcast @ "IBVERBS_1.1";
     ptr ibv_import_device @ "IBVERBS_1.10";
     ptr ibv_import_dm @ "IBVERBS_1.13";
     ptr ibv_import_mr @ "IBVERBS_1.10";
