@@ -250,9 +250,6 @@ stubs! {
     minus1 rdma_create_srq @ "RDMACM_1.0";
     minus1 rdma_create_srq_ex @ "RDMACM_1.0";
     void rdma_destroy_srq @ "RDMACM_1.0";
-    minus1 rdma_join_multicast @ "RDMACM_1.0";
-    minus1 rdma_leave_multicast @ "RDMACM_1.0";
-    minus1 rdma_join_multicast_ex @ "RDMACM_1.1";
     minus1 rdma_get_remote_ece @ "RDMACM_1.3";
     minus1 rdma_reject_ece @ "RDMACM_1.3";
     minus1 rdma_set_local_ece @ "RDMACM_1.3";

@@ -8,6 +8,8 @@
 #                up with rdma_init_qp_attr, the connection made without a QP on the ID)
 #   ucmatose     SENDs both ways over one connection, then the disconnect
 #   udaddy       UD datagrams both ways, the service found with SIDR
+#   mckey        multicast: 10 SENDs to a group, the receiver on one side, the sender on
+#                the other
 #   ib_write_bw -R, ib_read_bw -R, ib_send_lat -R (perftest's rdma_cm mode)
 #   refused      a client to a port nobody listens on, both ways: REJECTED, reason 8
 # Topology (rxe-vm's setup_peer_ns): netns "peer" on vethP 10.77.0.1 (ferroce), rxe0 on
@@ -86,6 +88,14 @@ for role in rs fs; do
      grep -q "data transfers complete" "$s" && grep -q "data transfers complete" "$c"; then
     ok $name "UD datagrams both ways, the service found with SIDR"
   else ko $name "exit codes or status lines" "$s" "$c"; fi
+  # mckey: the "server" receives, the "client" sends 10 SENDs to group 239.77.0.1 (each
+  # joined with rdma_join_multicast_ex; the sender sends 3 s after its join).
+  name=mckey-$role
+  other=$( [ "$role" = fs ] && echo 10.77.0.2 || echo 10.77.0.1 )
+  if pair $name $role mckey -m 239.77.0.1 -b "$a" -C 10 -- mckey -m 239.77.0.1 -b "$other" -C 10 -s &&
+     grep -q "data transfers complete" "$s" && grep -q "data transfers complete" "$c"; then
+    ok $name "10 multicast SENDs to 239.77.0.1, all received"
+  else ko $name "exit codes or transfer lines" "$s" "$c"; fi
   port=18600
   for t in "ib_write_bw -D 2" "ib_read_bw -D 2" "ib_send_lat -n 1000"; do
     set -- $t; prog=$1; shift

@@ -2,7 +2,8 @@
 # Unmodified rdma_cm programs (Debian's rdmacm-utils and perftest, linked against
 # rdma-core's librdmacm and libibverbs) on ferroce's librdmacm.so.1, via `ferroce exec`:
 #   two hosts     rping (64 B and 10000 B, validated), ucmatose (1 and 4 connections),
-#                 udaddy (UD through SIDR), rdma_server/rdma_client (rdma_create_ep,
+#                 udaddy (UD through SIDR), mckey (multicast: receivers on both hosts),
+#                 rdma_server/rdma_client (rdma_create_ep,
 #                 synchronous IDs), ib_write_bw -R (1 and 4 QPs), ib_read_bw -R and
 #                 ib_send_lat -R (perftest makes and drops a connection, then listens
 #                 again on the same port for the next at once): server in rc-b
@@ -28,7 +29,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 A=rc-a B=rc-b IF=eth1
 out=${OUT:-$root/target}/rdmacm; rm -rf "$out"; mkdir -p "$out"
 pass=0 fail=0
-for p in rping ucmatose udaddy rdma_server rdma_client ib_write_bw ib_send_lat; do
+for p in rping ucmatose udaddy mckey rdma_server rdma_client ib_write_bw ib_send_lat; do
   command -v $p >/dev/null || { echo "FAIL setup: $p is missing (Debian: rdmacm-utils, perftest)"; echo "rdmacm: 0 passed, 1 failed"; exit 1; }
 done
 two_hosts $A $B $IF 10.94.0
@@ -86,6 +87,23 @@ if run udaddy $B $A udaddy -- udaddy -s 10.94.0.2 &&
    grep -q "data transfers complete" "$s" && grep -q "data transfers complete" "$c"; then
   ok udaddy "UD datagrams both ways, the service found with SIDR"
 else ko udaddy "exit codes or status lines" "$s" "$c"; fi
+
+# Multicast: mckey joins group 239.94.0.1 with rdma_join_multicast_ex (the ID's UD QP
+# attached, as librdmacm does). Two receivers, one in each host, and a sender in rc-a,
+# which sends 10 SENDs to the multicast QP 3 s after its join: the receiver on the other
+# host gets them over the wire, the one on the sender's host from the frames the sender
+# puts on its interface; each completes its 10 receives.
+mk=$out/mckey
+X $B mckey -m 239.94.0.1 -b 10.94.0.2 -C 10 >"$mk.recv-b" 2>&1 & r1=$!
+X $A mckey -m 239.94.0.1 -b 10.94.0.1 -C 10 >"$mk.recv-a" 2>&1 & r2=$!
+sleep 1.5
+X $A mckey -m 239.94.0.1 -b 10.94.0.1 -C 10 -s >"$mk.send" 2>&1; rc=$?
+wait $r1 || rc=1; wait $r2 || rc=1
+if [ $rc = 0 ] && grep -q "joined dgid: ::ffff:239.94.0.1" "$mk.send" &&
+   grep -q "data transfers complete" "$mk.send" &&
+   grep -q "data transfers complete" "$mk.recv-b" && grep -q "data transfers complete" "$mk.recv-a"; then
+  ok mckey "10 multicast SENDs to 239.94.0.1 reach a receiver on the other host and one on the sender's"
+else ko mckey "exit codes or transfer lines" "$mk.send" "$mk.recv-b" "$mk.recv-a"; fi
 
 if run rdma-server-client $B $A rdma_server -- rdma_client -s 10.94.0.2 &&
    grep -q "rdma_server: end 0" "$s" && grep -q "rdma_client: end 0" "$c"; then

@@ -87,6 +87,8 @@ pub(crate) struct St {
     pub awaiting_establish: bool,
     /// The QP's local ACK timeout set with RDMA_OPTION_ID_ACK_TIMEOUT, for its RTS.
     pub ack_timeout: Option<u8>,
+    /// The multicast groups it joined.
+    pub groups: Vec<Group>,
 }
 
 impl St {
@@ -97,6 +99,18 @@ impl St {
         }
         path
     }
+}
+
+/// A multicast group an ID joined (see `mcast`).
+pub(crate) struct Group {
+    /// The group's address, as the program gave it.
+    pub addr: std::net::IpAddr,
+    pub mgid: std::net::Ipv6Addr,
+    /// The QP attached at the join (its `ibv_qp *` and number), if any.
+    pub qp: Option<(usize, u32)>,
+    /// The host's IP-level membership (IGMP), held while the socket is open: never
+    /// read, dropped with the group.
+    pub _igmp: Option<std::net::UdpSocket>,
 }
 
 /// The QP attributes of `rdma_create_ep` for a passive ID's requests.
@@ -263,6 +277,7 @@ pub(crate) fn create(
             path: None,
             awaiting_establish: false,
             ack_timeout: None,
+            groups: Vec::new(),
         }),
     });
     let p = handles::insert(

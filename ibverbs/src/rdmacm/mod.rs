@@ -19,6 +19,7 @@ mod conn;
 mod devices;
 mod ep;
 mod id;
+mod mcast;
 mod misc;
 mod qp;
 
@@ -49,6 +50,8 @@ crate::exports::versioned! {
     rdma_get_request @ "RDMACM_1.0";
     rdma_get_src_port @ "RDMACM_1.0";
     rdma_getaddrinfo @ "RDMACM_1.0";
+    rdma_join_multicast @ "RDMACM_1.0";
+    rdma_leave_multicast @ "RDMACM_1.0";
     rdma_listen @ "RDMACM_1.0";
     rdma_migrate_id @ "RDMACM_1.0";
     rdma_notify @ "RDMACM_1.0";
@@ -57,5 +60,6 @@ crate::exports::versioned! {
     rdma_resolve_route @ "RDMACM_1.0";
     rdma_set_option @ "RDMACM_1.0";
     rdma_establish @ "RDMACM_1.2";
+    rdma_join_multicast_ex @ "RDMACM_1.1";
     rdma_init_qp_attr @ "RDMACM_1.2";
 }
