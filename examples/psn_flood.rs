@@ -14,7 +14,7 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use ferroce::link::af_packet::{RawSocket, RingUse};
-use ferroce::link::bpf::{roce_filter, FilterSpec};
+use ferroce::link::bpf::{roce_filter, FilterSpec, Groups};
 use ferroce::link::interface::Interface;
 use ferroce::wire::{
     packet, BthRepr, DatagramRepr, EthernetRepr, ExtRepr, FrameRepr, IbRepr, IpRepr, Opcode, Psn,
@@ -48,7 +48,7 @@ fn main() {
         own_mac: iface.mac,
         outgoing_to_self: false,
         blocks: Some(Vec::new()),
-        multicast: false,
+        multicast: Groups::None,
     });
     let link = RawSocket::open(iface.index, 2048, RingUse::None, &nothing, false)
         .expect("AF_PACKET (root?)");

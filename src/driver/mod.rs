@@ -250,14 +250,10 @@ impl Shared {
         Ok(())
     }
 
-    /// Tells the link the multicast MAC addresses of the endpoint's groups.
+    /// Tells the link the endpoint's multicast groups.
     fn sync_multicast(&self, ep: &Endpoint) -> std::io::Result<()> {
-        let macs = ep
-            .mcast_groups()
-            .into_iter()
-            .filter_map(|g| crate::link::multicast_mac(gid_ip(g)))
-            .collect();
-        self.io.link.set_multicast(&macs)
+        let groups = ep.mcast_groups().into_iter().map(gid_ip).collect();
+        self.io.link.set_multicast(&groups)
     }
 
     /// How many processes and QPs use the interface, when other processes may share it.

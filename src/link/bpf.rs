@@ -12,6 +12,12 @@
 //! kept only when addressed to the interface's own MAC address: that is how processes on
 //! one Ethernet interface reach each other through the host's own addresses. On `lo` the
 //! same frame also comes back in as an incoming one, so there outgoing frames are dropped.
+//!
+//! Frames to the multicast QP (0xffffff) get in only for the groups a QP of this process
+//! is in, by their destination IP address; and those another process here sends to a
+//! group are kept too (their destination MAC is a multicast one).
+
+use std::net::IpAddr;
 
 /// One classic BPF instruction, laid out as the kernel's `struct sock_filter`.
 #[repr(C)]
@@ -70,10 +76,44 @@ pub struct FilterSpec {
     /// Only frames whose destination QP lies in one of these blocks (a QP number's bits
     /// above [`QPN_BLOCK_BITS`]); `None`: any destination QP.
     pub blocks: Option<Vec<u16>>,
-    /// Also frames to the multicast QP (a QP of this process is in a multicast group),
-    /// and, with `outgoing_to_self`, those other processes here send to a multicast MAC.
-    pub multicast: bool,
+    /// Also frames to the multicast QP for these groups (a QP of this process is in
+    /// them), and, with `outgoing_to_self`, those other processes here send to a group.
+    pub multicast: Groups,
 }
+
+/// The multicast groups a filter takes frames for.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Groups {
+    /// None: the multicast QP's frames stay out.
+    #[default]
+    None,
+    /// These (at most [`MAX_FILTER_GROUPS`]): an IPv4 group by its whole address, an IPv6
+    /// one by its last 32 bits (those its MAC address carries; a rare other group with
+    /// the same bits gets in, and the transport drops it).
+    Some(Vec<IpAddr>),
+    /// Any group (a process in more groups than one filter checks).
+    All,
+}
+
+impl Groups {
+    /// `groups` as a filter checks them: each, or all when there are too many.
+    pub fn of(groups: impl IntoIterator<Item = IpAddr>) -> Groups {
+        let g: Vec<IpAddr> = groups.into_iter().collect();
+        match g.len() {
+            0 => Groups::None,
+            n if n > MAX_FILTER_GROUPS => Groups::All,
+            _ => Groups::Some(g),
+        }
+    }
+}
+
+/// Most groups one filter checks one by one (its jumps are 8 bits wide); beyond, it takes
+/// every group's frames.
+pub const MAX_FILTER_GROUPS: usize = 64;
+/// Offset of an IPv4 frame's destination address, and of an IPv6 frame's last 32 bits of
+/// it (14 bytes of Ethernet header before either).
+const IPV4_DST: u32 = 14 + 16;
+const IPV6_DST_LOW: u32 = 14 + 24 + 12;
 
 /// The destination QP of multicast packets.
 const MULTICAST_QPN: u32 = 0xff_ffff;
@@ -86,6 +126,10 @@ enum Label {
     V4,
     V6,
     Qp,
+    /// The group checks: an IPv6 frame's, a group matched, the unicast block list.
+    GroupV6,
+    GroupAccept,
+    Blocks,
 }
 
 enum Op {
@@ -124,7 +168,7 @@ pub fn roce_filter(spec: &FilterSpec) -> Vec<SockFilter> {
         jump(JEQ_K, PKTTYPE_OUTGOING, None, Some(Eth)),
     ];
     if spec.outgoing_to_self {
-        if spec.multicast {
+        if spec.multicast != Groups::None {
             // The group bit of the destination MAC: another process's multicast.
             ops.extend([ins(LD_B_ABS, 0), jump(JSET_K, 1, Some(Eth), None)]);
         }
@@ -174,10 +218,49 @@ pub fn roce_filter(spec: &FilterSpec) -> Vec<SockFilter> {
         ins(RET_K, 0),
         Op::Mark(Qp),
     ]);
-    if spec.multicast {
+    match &spec.multicast {
+        Groups::None => {}
         // Before the block list: a jump over it stays within 255 instructions.
-        ops.push(ins(ALU_AND_K, MULTICAST_QPN));
-        ops.push(jump(JEQ_K, MULTICAST_QPN, Some(Accept), None));
+        Groups::All => ops.extend([
+            ins(ALU_AND_K, MULTICAST_QPN),
+            jump(JEQ_K, MULTICAST_QPN, Some(Accept), None),
+        ]),
+        Groups::Some(groups) => {
+            assert!(
+                groups.len() <= MAX_FILTER_GROUPS,
+                "too many groups for one filter"
+            );
+            let word = |ip: &IpAddr| match ip {
+                IpAddr::V4(a) => u32::from(*a),
+                IpAddr::V6(a) => (a.to_bits() & 0xffff_ffff) as u32,
+            };
+            ops.extend([
+                ins(ALU_AND_K, MULTICAST_QPN),
+                jump(JEQ_K, MULTICAST_QPN, None, Some(Blocks)),
+                ins(LD_H_ABS, 12),
+                jump(JEQ_K, ETHERTYPE_IPV6, Some(GroupV6), None),
+                ins(LD_W_ABS, IPV4_DST),
+            ]);
+            for g in groups.iter().filter(|g| g.is_ipv4()) {
+                ops.push(jump(JEQ_K, word(g), Some(GroupAccept), None));
+            }
+            ops.extend([
+                ins(RET_K, 0),
+                Op::Mark(GroupV6),
+                ins(LD_W_ABS, IPV6_DST_LOW),
+            ]);
+            for g in groups.iter().filter(|g| g.is_ipv6()) {
+                ops.push(jump(JEQ_K, word(g), Some(GroupAccept), None));
+            }
+            ops.extend([
+                ins(RET_K, 0),
+                Op::Mark(GroupAccept),
+                ins(RET_K, ACCEPT),
+                // Reached from the multicast QP test alone: A is still the destination
+                // QP, for the block list below.
+                Op::Mark(Blocks),
+            ]);
+        }
     }
     if let Some(blocks) = &spec.blocks {
         assert!(
@@ -197,7 +280,7 @@ pub fn roce_filter(spec: &FilterSpec) -> Vec<SockFilter> {
 
 /// Resolves labels into relative jumps.
 fn assemble(ops: &[Op]) -> Vec<SockFilter> {
-    let mut at = [0usize; 6];
+    let mut at = [0usize; 9];
     let mut pc = 0;
     for op in ops {
         match op {
@@ -295,7 +378,7 @@ mod tests {
             own_mac: MAC,
             outgoing_to_self,
             blocks,
-            multicast: false,
+            multicast: Groups::None,
         })
     }
 
@@ -379,44 +462,93 @@ mod tests {
 
     #[test]
     fn the_most_blocks_still_assemble() {
-        for multicast in [false, true] {
+        let many: Vec<IpAddr> = (0..MAX_FILTER_GROUPS as u32)
+            .map(|n| IpAddr::V4(std::net::Ipv4Addr::from(0xef00_0000 | n)))
+            .collect();
+        for groups in [Groups::None, Groups::All, Groups::Some(many)] {
             let blocks: Vec<u16> = (1..=MAX_BLOCKS as u16).collect();
             let prog = roce_filter(&FilterSpec {
                 own_mac: MAC,
                 outgoing_to_self: true,
                 blocks: Some(blocks),
-                multicast,
+                multicast: groups.clone(),
             });
             assert_eq!(run(&prog, &frame_to(200 << 8), PKTTYPE_HOST), ACCEPT);
             assert_eq!(run(&prog, &frame_to(201 << 8), PKTTYPE_HOST), 0);
-            let to_group = if multicast { ACCEPT } else { 0 };
-            assert_eq!(run(&prog, &frame_to(MULTICAST_QPN), PKTTYPE_HOST), to_group);
+            let in_group = if groups == Groups::None { 0 } else { ACCEPT };
+            let to_group = to_group(MULTICAST_QPN, [239, 0, 0, 63]);
+            assert_eq!(
+                run(&prog, &to_group, PKTTYPE_MULTICAST),
+                in_group,
+                "{groups:?}"
+            );
         }
     }
 
+    const PKTTYPE_MULTICAST: u32 = 2;
+
+    /// The example frame (IPv4) to group `ip`'s MAC address and `ip`, QP `qpn`.
+    fn to_group(qpn: u32, ip: [u8; 4]) -> Vec<u8> {
+        let mut f = frame_to(qpn);
+        f[..6].copy_from_slice(&[0x01, 0x00, 0x5e, ip[1] & 0x7f, ip[2], ip[3]]);
+        f[30..34].copy_from_slice(&ip);
+        f
+    }
+
+    fn member_of(groups: Groups, outgoing_to_self: bool) -> Vec<SockFilter> {
+        roce_filter(&FilterSpec {
+            own_mac: MAC,
+            outgoing_to_self,
+            blocks: Some(vec![0x1234]),
+            multicast: groups,
+        })
+    }
+
     #[test]
-    fn multicast_frames_only_for_a_process_in_a_group() {
-        const PKTTYPE_MULTICAST: u32 = 2;
-        let spec = |multicast, outgoing_to_self| {
-            roce_filter(&FilterSpec {
-                own_mac: MAC,
-                outgoing_to_self,
-                blocks: Some(vec![0x1234]),
-                multicast,
-            })
-        };
-        let mut to_group = frame_to(MULTICAST_QPN);
-        to_group[..6].copy_from_slice(&[0x01, 0x00, 0x5e, 0x01, 0x02, 0x03]);
-        let (member, other) = (spec(true, true), spec(false, true));
-        assert_eq!(run(&member, &to_group, PKTTYPE_MULTICAST), ACCEPT);
-        assert_eq!(run(&other, &to_group, PKTTYPE_MULTICAST), 0);
+    fn multicast_frames_only_for_the_groups_a_process_is_in() {
+        let g = |a, b, c, d| IpAddr::V4(std::net::Ipv4Addr::new(a, b, c, d));
+        let member = member_of(Groups::Some(vec![g(239, 1, 2, 3), g(224, 5, 5, 5)]), true);
+        let other = member_of(Groups::None, true);
+        let (mine, theirs) = (
+            to_group(MULTICAST_QPN, [239, 1, 2, 3]),
+            to_group(MULTICAST_QPN, [239, 1, 2, 4]),
+        );
+        assert_eq!(run(&member, &mine, PKTTYPE_MULTICAST), ACCEPT);
+        assert_eq!(
+            run(
+                &member,
+                &to_group(MULTICAST_QPN, [224, 5, 5, 5]),
+                PKTTYPE_MULTICAST
+            ),
+            ACCEPT
+        );
+        assert_eq!(run(&member, &theirs, PKTTYPE_MULTICAST), 0, "another group");
+        assert_eq!(run(&other, &mine, PKTTYPE_MULTICAST), 0, "in no group");
         // Sent by another process on this host: seen going out.
-        assert_eq!(run(&member, &to_group, PKTTYPE_OUTGOING), ACCEPT);
-        assert_eq!(run(&other, &to_group, PKTTYPE_OUTGOING), 0);
+        assert_eq!(run(&member, &mine, PKTTYPE_OUTGOING), ACCEPT);
+        assert_eq!(run(&member, &theirs, PKTTYPE_OUTGOING), 0);
+        assert_eq!(run(&other, &mine, PKTTYPE_OUTGOING), 0);
         // The reserved byte before the QP number does not hide the multicast QP.
-        let mut reserved = to_group.clone();
+        let mut reserved = mine.clone();
         reserved[14 + 20 + 8 + 4] = 0xff;
         assert_eq!(run(&member, &reserved, PKTTYPE_MULTICAST), ACCEPT);
+        // To a group's address but not to the multicast QP: the block list decides.
+        assert_eq!(
+            run(
+                &member,
+                &to_group(0x12_3456, [239, 1, 2, 3]),
+                PKTTYPE_MULTICAST
+            ),
+            ACCEPT
+        );
+        assert_eq!(
+            run(
+                &member,
+                &to_group(0x12_3556, [239, 1, 2, 3]),
+                PKTTYPE_MULTICAST
+            ),
+            0
+        );
         // A member still takes only its own blocks' unicast frames, and no one else's
         // outgoing unicast.
         assert_eq!(run(&member, &frame_to(0x12_3456), PKTTYPE_HOST), ACCEPT);
@@ -425,6 +557,35 @@ mod tests {
         to_peer[..6].copy_from_slice(&[2, 0, 0, 0, 0, 10]);
         assert_eq!(run(&member, &to_peer, PKTTYPE_OUTGOING), 0);
         // On lo every frame comes back in: outgoing copies stay out.
-        assert_eq!(run(&spec(true, false), &to_group, PKTTYPE_OUTGOING), 0);
+        let lo = member_of(Groups::Some(vec![g(239, 1, 2, 3)]), false);
+        assert_eq!(run(&lo, &mine, PKTTYPE_OUTGOING), 0);
+        assert_eq!(run(&lo, &mine, PKTTYPE_MULTICAST), ACCEPT);
+        // Too many groups for one filter: every group's frames.
+        assert_eq!(
+            Groups::of((0..=MAX_FILTER_GROUPS as u32).map(|n| g(239, 0, 0, n as u8))),
+            Groups::All
+        );
+        assert_eq!(Groups::of([]), Groups::None);
+    }
+
+    #[test]
+    fn an_ipv6_group_is_checked_by_its_last_32_bits() {
+        let group: std::net::Ipv6Addr = "ff12::8000:1234".parse().unwrap();
+        let member = member_of(Groups::Some(vec![IpAddr::V6(group)]), true);
+        // An IPv6 RoCE frame to the group and the multicast QP.
+        let frame = |dst: std::net::Ipv6Addr| {
+            let mut f = vec![0u8; 14 + 40 + 8 + 12 + 4];
+            f[..6].copy_from_slice(&[0x33, 0x33, 0x80, 0, 0x12, 0x34]);
+            f[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+            f[14] = 0x60;
+            f[14 + 6] = 17;
+            f[14 + 24..14 + 40].copy_from_slice(&dst.octets());
+            f[14 + 40 + 2..14 + 40 + 4].copy_from_slice(&4791u16.to_be_bytes());
+            f[14 + 40 + 8 + 5..14 + 40 + 8 + 8].copy_from_slice(&[0xff; 3]);
+            f
+        };
+        assert_eq!(run(&member, &frame(group), PKTTYPE_MULTICAST), ACCEPT);
+        let other: std::net::Ipv6Addr = "ff12::8000:1235".parse().unwrap();
+        assert_eq!(run(&member, &frame(other), PKTTYPE_MULTICAST), 0);
     }
 }

@@ -14,6 +14,7 @@
 
 use std::collections::BTreeSet;
 use std::io;
+use std::net::IpAddr;
 use std::os::fd::RawFd;
 
 pub mod af_packet;
@@ -96,11 +97,10 @@ pub trait Link: Send + Sync + 'static {
     fn is_up(&self) -> bool {
         true
     }
-    /// The multicast MAC addresses whose frames the link takes in, from now on: those of
-    /// the groups some QP of this process is in. A non-empty set also lets in the frames
-    /// to the multicast QP (and those other processes here send to a group); an empty one
-    /// leaves them out again.
-    fn set_multicast(&self, _macs: &BTreeSet<[u8; 6]>) -> io::Result<()> {
+    /// The multicast groups (IP addresses) whose frames to the multicast QP the link takes
+    /// in from now on, those other processes here send to them included: the groups some
+    /// QP of this process is in. An empty set leaves the multicast QP's frames out again.
+    fn set_multicast(&self, _groups: &BTreeSet<IpAddr>) -> io::Result<()> {
         Ok(())
     }
     /// How many processes and QPs use the link's interface, if it is shared.

@@ -9,9 +9,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use super::af_packet::{RawSocket, RingUse};
-use super::bpf::{roce_filter, FilterSpec};
+use super::bpf::{roce_filter, FilterSpec, Groups};
 use super::gso::{GsoOff, GsoState, Received};
 use super::interface::Interface;
+use super::multicast::multicast_mac;
 use super::oper_state::OperState;
 use super::packet_ring::Rings;
 use super::share::{LinkUsers, Share};
@@ -47,8 +48,9 @@ pub struct PacketLink {
     serving_same_host: AtomicBool,
     /// A GSI QP runs here: the filter takes QP1's frames too (see [`Link::serve_gsi`]).
     serving_gsi: AtomicBool,
-    /// The multicast MAC addresses the socket has joined (see [`Link::set_multicast`]).
-    multicast: Mutex<BTreeSet<[u8; 6]>>,
+    /// The multicast groups the filter lets in (see [`Link::set_multicast`]); the socket
+    /// has joined their MAC addresses.
+    multicast: Mutex<BTreeSet<IpAddr>>,
 }
 
 /// What the GSO data path did, for `--stats`.
@@ -111,7 +113,7 @@ impl PacketLink {
                 None
             }
         };
-        let filter = roce_filter(&filter_spec(&iface, share.as_ref(), false, false));
+        let filter = roce_filter(&filter_spec(&iface, share.as_ref(), false, Groups::None));
         let socket = RawSocket::open(iface.index, max_frame, rings, &filter, vnet_wanted())
             .map_err(|e| match e.raw_os_error() {
                 Some(libc::EPERM) | Some(libc::EACCES) => LinkError::Permission,
@@ -329,7 +331,12 @@ fn refuses_offload(e: &io::Error) -> bool {
 /// The socket filter for `iface`: this process's blocks if it shares the interface,
 /// block 0 (QP1's; the registry never hands it out) when it runs a GSI QP, and the
 /// multicast QP when a QP here is in a group.
-fn filter_spec(iface: &Interface, share: Option<&Share>, gsi: bool, multicast: bool) -> FilterSpec {
+fn filter_spec(
+    iface: &Interface,
+    share: Option<&Share>,
+    gsi: bool,
+    multicast: Groups,
+) -> FilterSpec {
     FilterSpec {
         own_mac: iface.mac,
         outgoing_to_self: !iface.loopback,
@@ -348,7 +355,7 @@ impl PacketLink {
     /// Installs the filter for what the link serves now (blocks, QP1, multicast).
     fn refilter(&self) -> io::Result<()> {
         let gsi = self.serving_gsi.load(Ordering::Relaxed);
-        let multicast = !relock(&self.multicast).is_empty();
+        let multicast = Groups::of(relock(&self.multicast).iter().copied());
         self.socket.set_filter(&roce_filter(&filter_spec(
             &self.iface,
             self.share.as_ref(),
@@ -394,14 +401,16 @@ impl Link for PacketLink {
         }
         self.refilter()
     }
-    fn set_multicast(&self, macs: &BTreeSet<[u8; 6]>) -> io::Result<()> {
+    fn set_multicast(&self, groups: &BTreeSet<IpAddr>) -> io::Result<()> {
         let mut joined = relock(&self.multicast);
-        if *joined == *macs {
+        if *joined == *groups {
             return Ok(());
         }
         let was_member = !joined.is_empty();
-        // `joined` stays what the socket has, whatever fails.
-        let mut result = Ok(());
+        let macs = |g: &BTreeSet<IpAddr>| -> BTreeSet<[u8; 6]> {
+            g.iter().filter_map(|ip| multicast_mac(*ip)).collect()
+        };
+        let (had, want) = (macs(&joined), macs(groups));
         // lo has no multicast filter: every frame sent comes back in.
         let membership = |mac: [u8; 6], on: bool| {
             if self.iface.loopback {
@@ -410,31 +419,33 @@ impl Link for PacketLink {
                 self.socket.set_multicast_membership(mac, on)
             }
         };
-        for mac in macs.difference(&joined.clone()) {
+        // Joined first: on a failure nothing changes but the addresses joined so far,
+        // which are left again.
+        let mut added = Vec::new();
+        for mac in want.difference(&had) {
             if let Err(e) = membership(*mac, true) {
-                result = Err(e);
-                break;
+                for m in added {
+                    let _ = membership(m, false);
+                }
+                return Err(e);
             }
-            joined.insert(*mac);
+            added.push(*mac);
         }
-        for mac in joined.clone().difference(macs) {
+        for mac in had.difference(&want) {
             if let Err(e) = membership(*mac, false) {
                 tracing::debug!(error = %e, "cannot leave a multicast MAC address");
             }
-            joined.remove(mac);
         }
+        *joined = groups.clone();
         let member = !joined.is_empty();
         drop(joined);
-        if member != was_member {
-            if member {
-                // Other processes here may send to the group: their frames go out on
-                // the interface, and this socket must see them.
-                self.serve_same_host();
-            }
-            self.refilter()?;
-            tracing::info!(iface = %self.iface.name, member, "multicast QP frames");
+        if member && !was_member {
+            // Other processes here may send to the group: their frames go out on the
+            // interface, and this socket must see them.
+            self.serve_same_host();
         }
-        result
+        tracing::debug!(iface = %self.iface.name, groups = groups.len(), "multicast groups");
+        self.refilter()
     }
     fn report_qps(&self, qps: usize) {
         if let Some(s) = &self.share {
