@@ -239,21 +239,19 @@ pub fn roce_filter(spec: &FilterSpec) -> Vec<SockFilter> {
                 jump(JEQ_K, MULTICAST_QPN, None, Some(Blocks)),
                 ins(LD_H_ABS, 12),
                 jump(JEQ_K, ETHERTYPE_IPV6, Some(GroupV6), None),
-                ins(LD_W_ABS, IPV4_DST),
             ]);
-            for g in groups.iter().filter(|g| g.is_ipv4()) {
-                ops.push(jump(JEQ_K, word(g), Some(GroupAccept), None));
+            // IPv4's destination compared with each IPv4 group, then IPv6's.
+            for (v6, at) in [(false, IPV4_DST), (true, IPV6_DST_LOW)] {
+                if v6 {
+                    ops.push(Op::Mark(GroupV6));
+                }
+                ops.push(ins(LD_W_ABS, at));
+                for g in groups.iter().filter(|g| g.is_ipv6() == v6) {
+                    ops.push(jump(JEQ_K, word(g), Some(GroupAccept), None));
+                }
+                ops.push(ins(RET_K, 0));
             }
             ops.extend([
-                ins(RET_K, 0),
-                Op::Mark(GroupV6),
-                ins(LD_W_ABS, IPV6_DST_LOW),
-            ]);
-            for g in groups.iter().filter(|g| g.is_ipv6()) {
-                ops.push(jump(JEQ_K, word(g), Some(GroupAccept), None));
-            }
-            ops.extend([
-                ins(RET_K, 0),
                 Op::Mark(GroupAccept),
                 ins(RET_K, ACCEPT),
                 // Reached from the multicast QP test alone: A is still the destination
