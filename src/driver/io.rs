@@ -12,6 +12,7 @@ use ferroce_transport::{Endpoint, MULTICAST_QPN};
 use ferroce_wire::{split_link, EthernetRepr};
 
 use crate::link::{fill_batch, multicast_mac, send_or_lose, FrameBatch, Link, TxOutcome};
+use crate::net::gid::gid_of;
 use crate::net::neigh::{ResolveError, Resolver};
 
 use super::tx_pipe::TxPipe;
@@ -405,11 +406,7 @@ impl Framer<'_> {
             // To a group: it goes out, and this process's own QPs in the group take a copy
             // too, as from a NIC, which loops a group's packets back to its port. Other
             // processes here see it go out (on lo, come back in, to this one as well).
-            let gid = match t.dst {
-                IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-                IpAddr::V6(v6) => v6,
-            };
-            if !io.link.sees_own_frames() && ep.in_mcast_group(gid) {
+            if !io.link.sees_own_frames() && ep.in_mcast_group(gid_of(t.dst)) {
                 relock(&io.loopback).push_back(slot[14..14 + t.len].to_vec());
             }
             return Some(14 + t.len);

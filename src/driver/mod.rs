@@ -51,6 +51,7 @@ use std::time::Duration;
 use ferroce_transport::{Endpoint, Instant, PdId, QpInitAttr};
 
 use crate::link::Link;
+use crate::net::gid::addr_of;
 use crate::net::neigh::{ResolveError, Resolver};
 
 pub use async_events::AsyncEventSink;
@@ -252,7 +253,7 @@ impl Shared {
 
     /// Tells the link the endpoint's multicast groups.
     fn sync_multicast(&self, ep: &Endpoint) -> std::io::Result<()> {
-        let groups = ep.mcast_groups().into_iter().map(gid_ip).collect();
+        let groups = ep.mcast_groups().into_iter().map(addr_of).collect();
         self.io.link.set_multicast(&groups)
     }
 
@@ -260,11 +261,6 @@ impl Shared {
     pub fn link_users(&self) -> Option<crate::link::LinkUsers> {
         self.io.link.users()
     }
-}
-
-/// A GID as the IP address it stands for (IPv4 for the IPv4-mapped ones).
-fn gid_ip(gid: std::net::Ipv6Addr) -> IpAddr {
-    gid.to_ipv4_mapped().map_or(IpAddr::V6(gid), IpAddr::V4)
 }
 
 /// The running driver; dropping it stops the thread.
