@@ -781,13 +781,14 @@ impl Endpoint {
             }
         };
         let bth = repr.bth;
-        let multicast = is_multicast_gid(dg.dst_gid());
+        let dst_gid = dg.dst_gid();
+        let multicast = is_multicast_gid(dst_gid);
         if multicast != (bth.dest_qp == MULTICAST_QPN) {
             // A group's packets name the multicast QP, and only they may.
             self.counters.rx_bad_mcast += 1;
             return;
         }
-        if !multicast && !self.config.local_gids.contains(&dg.dst_gid()) {
+        if !multicast && !self.config.local_gids.contains(&dst_gid) {
             self.counters.rx_unknown_gid += 1;
             return;
         }
@@ -811,7 +812,7 @@ impl Endpoint {
                 src_gid,
                 ip_header,
             };
-            self.handle_multicast(now, dg.dst_gid(), &rx);
+            self.handle_multicast(now, dst_gid, &rx);
             return;
         }
         let Endpoint {
@@ -859,7 +860,7 @@ impl Endpoint {
             if let Some(dest_qp) = dest_qp {
                 let out = CnpOut {
                     dst: src_gid,
-                    src: dg.dst_gid(),
+                    src: dst_gid,
                     dest_qp,
                     flow_label: if qp.qp_type == QpType::Ud {
                         0
