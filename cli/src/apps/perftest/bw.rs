@@ -11,7 +11,7 @@ use super::exchange::{BwReport, Control, PerSize};
 use super::params::{Conn, Verb};
 use super::report::{self, RESULT_LINE};
 use super::resources::RETRY_CNT;
-use super::{check, next_wc, Clock, Outcome, PerfError, Phase, Run};
+use super::{check, next_wc, Clock, Outcome, PerfError, Phase, Run, Wait};
 
 /// Shortest wait for the messages still in flight when a duration run ends.
 const DRAIN: Duration = Duration::from_secs(2);
@@ -144,7 +144,7 @@ fn requester(r: &Run<'_>, size: u64) -> Result<BwReport, PerfError> {
                     })),
                     None => None,
                 };
-            match next_wc(&res.send_cq, deadline, p.timeout, "send")? {
+            match next_wc(&res.send_cq, deadline, p.timeout, "send", Wait::Block)? {
                 Some(wc) => wcs.push(wc),
                 // Like perftest, a duration run does not wait for its whole tail; but a
                 // tail that never moves means a dead connection, not a result.
@@ -204,7 +204,13 @@ fn receiver(r: &Run<'_>, size: u64) -> Result<(BwReport, bool), PerfError> {
         }
         wcs.clear();
         if cq.poll(&mut wcs, 64) == 0 {
-            match next_wc(cq, clock.map(|c| c.end()), p.timeout, "receive") {
+            match next_wc(
+                cq,
+                clock.map(|c| c.end()),
+                p.timeout,
+                "receive",
+                Wait::Block,
+            ) {
                 Ok(Some(wc)) => wcs.push(wc),
                 Ok(None) => continue,
                 Err(PerfError::Timeout(_)) if p.conn != Conn::Rc && first.is_some() => {

@@ -6,12 +6,14 @@
 
 use std::io::Write;
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::exchange::{Control, PerSize};
 use super::params::Verb;
 use super::report::{self, RESULT_LINE};
-use super::{check, next_wc, Clock, LatRow, Outcome, PerfError, Phase, Run};
+use super::{
+    check, next_wc, Clock, LatRow, Outcome, PerfError, Phase, Run, Wait, SPIN_CLOCK_EVERY,
+};
 
 pub(super) fn run(
     r: &Run<'_>,
@@ -145,7 +147,8 @@ fn write_lat(r: &Run<'_>, size: u64) -> Result<LatRow, PerfError> {
             break;
         }
         if ccnt < iters || dur {
-            let wc = next_wc(&res.send_cq, None, p.timeout, "RDMA WRITE")?.expect("no deadline");
+            let wc = next_wc(&res.send_cq, None, p.timeout, "RDMA WRITE", Wait::Spin)?
+                .expect("no deadline");
             check(&wc, "RDMA WRITE")?;
             ccnt += 1;
             if clock.is_some_and(|c| c.phase(Instant::now()) == Phase::Sample) {
@@ -156,7 +159,8 @@ fn write_lat(r: &Run<'_>, size: u64) -> Result<LatRow, PerfError> {
     Ok(finish(r, size, &posted, clock, sampled))
 }
 
-/// Waits until the byte at `offset` of the memory region is `want` (or the clock ends).
+/// Waits until the byte at `offset` of the memory region is `want` (or the clock ends),
+/// taking in frames meanwhile and never giving the core up (see [`Wait::Spin`]).
 fn wait_byte(r: &Run<'_>, offset: usize, want: u8, clock: Option<Clock>) -> Result<(), PerfError> {
     let give_up = Instant::now() + r.p.timeout;
     let mut b = [0u8];
@@ -170,11 +174,9 @@ fn wait_byte(r: &Run<'_>, offset: usize, want: u8, clock: Option<Clock>) -> Resu
         if ctx.progress() {
             continue;
         }
-        spins += 1;
-        // The clock is looked at now and then only: where it is not the TSC (the VM),
-        // every read is a system call.
-        if spins % 64 != 0 && spins < 1000 {
-            std::thread::yield_now();
+        spins = spins.wrapping_add(1);
+        if spins % SPIN_CLOCK_EVERY != 0 {
+            std::hint::spin_loop();
             continue;
         }
         let now = Instant::now();
@@ -186,11 +188,6 @@ fn wait_byte(r: &Run<'_>, offset: usize, want: u8, clock: Option<Clock>) -> Resu
                 "no RDMA WRITE from the peer for {} s",
                 r.p.timeout.as_secs()
             )));
-        }
-        if spins < 1000 {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(20));
         }
     }
 }
@@ -212,7 +209,8 @@ fn read_lat(r: &Run<'_>, size: u64) -> Result<LatRow, PerfError> {
         }
         scnt += 1;
         res.qps[0].post_send(&wr)?;
-        let wc = next_wc(&res.send_cq, None, p.timeout, "RDMA READ")?.expect("no deadline");
+        let wc =
+            next_wc(&res.send_cq, None, p.timeout, "RDMA READ", Wait::Spin)?.expect("no deadline");
         check(&wc, "RDMA READ")?;
         if clock.is_some_and(|c| c.phase(Instant::now()) == Phase::Sample) {
             sampled += 1;
@@ -239,7 +237,7 @@ fn send_lat(r: &Run<'_>, size: u64) -> Result<LatRow, PerfError> {
         let first_of_client = scnt == 0 && p.client;
         if (rcnt < iters || dur) && !first_of_client {
             let deadline = clock.map(|c| c.end());
-            let Some(wc) = next_wc(recv_cq, deadline, p.timeout, "receive")? else {
+            let Some(wc) = next_wc(recv_cq, deadline, p.timeout, "receive", Wait::Spin)? else {
                 break;
             };
             check(&wc, "receive")?;
@@ -260,7 +258,8 @@ fn send_lat(r: &Run<'_>, size: u64) -> Result<LatRow, PerfError> {
             }
             scnt += 1;
             res.qps[0].post_send(&wr)?;
-            let wc = next_wc(&res.send_cq, None, p.timeout, "send")?.expect("no deadline");
+            let wc =
+                next_wc(&res.send_cq, None, p.timeout, "send", Wait::Spin)?.expect("no deadline");
             check(&wc, "send")?;
         }
     }
