@@ -433,3 +433,48 @@ fn the_last_message_s_ack_leaves_before_the_receiver_s_qp_goes_to_error() {
         );
     }
 }
+
+/// A program spinning on a CQ that gets no completions (perftest's rdma_cm server polls
+/// the CQ of its control channel while the peer WRITEs into its memory) does the driver's
+/// work in its polls: `poll_busy` says which polls took frames in, so the C library gives
+/// the core up only after idle ones.
+#[test]
+fn a_poll_says_whether_it_took_frames_in() {
+    let _one = serial();
+    let (a, b) = pair();
+    let to_a = (a.inbox.addr(), a.inbox.rkey());
+    let mut out = Vec::new();
+    let (mut busy, mut idle) = (0u64, 0u64);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for round in 1..=ROUNDS {
+                b.write(round, to_a);
+            }
+        });
+        let mut got = [0; 8];
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while {
+            a.inbox.read(0, &mut got).unwrap();
+            u64::from_le_bytes(got) != ROUNDS
+        } {
+            assert!(Instant::now() < deadline, "the WRITEs never all arrived");
+            let (n, received) = a.cq.poll_busy(&mut out, 1);
+            assert_eq!(n, 0, "a WRITE completes nothing at its responder");
+            if received {
+                busy += 1;
+            } else {
+                idle += 1;
+            }
+        }
+    });
+    assert!(busy > 0, "no poll took a WRITE in ({idle} idle polls)");
+    // With the peer done, a poll soon finds the link empty (the driver may still be taking
+    // a last ACK's answer in: look a few times).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while a.cq.poll_busy(&mut out, 1) != (0, false) {
+        assert!(
+            Instant::now() < deadline,
+            "polls of an idle link keep taking frames in"
+        );
+    }
+}

@@ -318,15 +318,18 @@ pub(crate) unsafe extern "C" fn poll_cq(
         }
         POLLED.with_borrow_mut(|polled| {
             polled.clear();
-            let n = q.inner.poll(polled, num_entries as usize);
-            if n == 0 {
+            let (n, received) = q.inner.poll_busy(polled, num_entries as usize);
+            if n == 0 && !received {
                 // Programs call ibv_poll_cq in a tight loop. Where CPUs are fewer than
                 // busy threads (two perftest processes on a 2-CPU runner), the spinner
                 // holds a CPU that ferroce's driver thread or the peer process needs to
                 // produce the very completion it waits for; a yield is one cheap system
-                // call when nothing else wants the CPU. Every empty poll yields: against
+                // call when nothing else wants the CPU. Every idle poll yields: against
                 // every 16th, `ib_write_bw` 64 KiB at MTU 1500 gained a fifth, latency
-                // no change beyond the noise (README, "the C library").
+                // no change beyond the noise (README, "the C library"). A poll that took
+                // frames in did the driver thread's work, and more is likely waiting: it
+                // does not (`ib_write_bw -R` 4 KiB, whose server spins on a CQ that never
+                // completes while the WRITEs stream in: 15.8 -> 16.9 Gb/s).
                 std::thread::yield_now();
             }
             for (i, w) in polled.iter().enumerate() {

@@ -49,12 +49,22 @@ impl CompletionQueue {
 
     /// Moves up to `max` completions into `out`; returns how many.
     pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> usize {
+        self.poll_busy(out, max).0
+    }
+
+    /// [`CompletionQueue::poll`], and whether the call took frames in from the link (poll
+    /// mode) even where they completed nothing here: a caller spinning on the CQ can tell
+    /// a poll that did the driver's work from an idle one, and give its core up after an
+    /// idle one only.
+    pub fn poll_busy(&self, out: &mut Vec<WorkCompletion>, max: usize) -> (usize, bool) {
         let shared = self.ctx.shared();
         let mut n = shared.poll_cq(self.id, &self.mark, out, max);
+        let mut received = false;
         // Poll mode: with the CQ empty, take in what the link holds on this thread (the
         // answer being waited for is often there already) instead of waiting for the
         // driver thread to wake up for it.
         if n == 0 && shared.poll_rx() {
+            received = true;
             n = shared.poll_cq(self.id, &self.mark, out, max);
         }
         if n > 0 {
@@ -63,7 +73,7 @@ impl CompletionQueue {
             // otherwise leave it to the driver thread).
             shared.linger();
         }
-        n
+        (n, received)
     }
 
     /// Blocks until a completion is available or `timeout` passes.
