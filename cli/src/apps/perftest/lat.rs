@@ -11,9 +11,7 @@ use std::time::Instant;
 use super::exchange::{Control, PerSize};
 use super::params::Verb;
 use super::report::{self, RESULT_LINE};
-use super::{
-    check, next_wc, Clock, LatRow, Outcome, PerfError, Phase, Run, Wait, SPIN_CLOCK_EVERY,
-};
+use super::{check, next_wc, Clock, LatRow, Outcome, PerfError, Phase, Run, Spinner, Wait};
 
 pub(super) fn run(
     r: &Run<'_>,
@@ -164,7 +162,7 @@ fn write_lat(r: &Run<'_>, size: u64) -> Result<LatRow, PerfError> {
 fn wait_byte(r: &Run<'_>, offset: usize, want: u8, clock: Option<Clock>) -> Result<(), PerfError> {
     let give_up = Instant::now() + r.p.timeout;
     let mut b = [0u8];
-    let mut spins = 0u32;
+    let mut spin = Spinner::default();
     let ctx = r.res.pd.context();
     loop {
         r.res.mr.read(offset, &mut b)?;
@@ -174,12 +172,9 @@ fn wait_byte(r: &Run<'_>, offset: usize, want: u8, clock: Option<Clock>) -> Resu
         if ctx.progress() {
             continue;
         }
-        spins = spins.wrapping_add(1);
-        if spins % SPIN_CLOCK_EVERY != 0 {
-            std::hint::spin_loop();
+        let Some(now) = spin.idle() else {
             continue;
-        }
-        let now = Instant::now();
+        };
         if clock.is_some_and(|c| c.phase(now) == Phase::End) {
             return Ok(());
         }

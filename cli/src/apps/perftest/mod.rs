@@ -203,7 +203,7 @@ enum Wait {
     /// that yields or sleeps between messages is woken where its waker runs, and a
     /// ping-pong's two ends then share one core for the first tens of milliseconds
     /// (`ferroce perf write-lat -n 2000` between two namespaces: 8.1-8.6 µs typical in
-    /// about a third of runs, 5.0-5.3 in the rest; never sharing when both spin).
+    /// 26 of 45 runs, 5.0-5.3 in the rest; never sharing when both spin).
     Spin,
 }
 
@@ -218,19 +218,18 @@ fn next_wc(
 ) -> Result<Option<WorkCompletion>, PerfError> {
     let give_up = Instant::now() + timeout;
     let mut out = Vec::with_capacity(1);
-    let mut polls = 0u32;
+    let mut spin = Spinner::default();
     loop {
         if cq.poll(&mut out, 1) == 1 {
             return Ok(out.pop());
         }
-        polls = polls.wrapping_add(1);
-        // Spinning, the clock is read now and then only: where it is not the TSC (the
-        // VM), every read is a system call.
-        if wait == Wait::Spin && polls % SPIN_CLOCK_EVERY != 0 {
-            std::hint::spin_loop();
-            continue;
-        }
-        let now = Instant::now();
+        let now = match wait {
+            Wait::Block => Instant::now(),
+            Wait::Spin => match spin.idle() {
+                Some(now) => now,
+                None => continue,
+            },
+        };
         if deadline.is_some_and(|d| now >= d) {
             return Ok(None);
         }
@@ -250,8 +249,27 @@ fn next_wc(
     }
 }
 
-/// Polls between two clock reads of a spinning wait.
-const SPIN_CLOCK_EVERY: u32 = 64;
+/// The idle rounds of a spinning wait (see [`Wait::Spin`]).
+#[derive(Debug, Default)]
+struct Spinner(u32);
+
+impl Spinner {
+    /// Rounds between two clock reads: where the clock is not the TSC (the VM), every
+    /// read is a system call.
+    const CLOCK_EVERY: u32 = 64;
+
+    /// One idle round: spins, and every [`Spinner::CLOCK_EVERY`]th round returns the time
+    /// instead, for the caller's deadlines.
+    fn idle(&mut self) -> Option<Instant> {
+        self.0 = self.0.wrapping_add(1);
+        if self.0 % Self::CLOCK_EVERY == 0 {
+            Some(Instant::now())
+        } else {
+            std::hint::spin_loop();
+            None
+        }
+    }
+}
 
 /// Fails on a completion with an error status.
 fn check(wc: &WorkCompletion, what: &'static str) -> Result<(), PerfError> {
