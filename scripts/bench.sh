@@ -50,6 +50,10 @@ command -v iperf3 >/dev/null || { echo "[bench] installing iperf3"; DEBIAN_FRONT
 if [ "$what" != vm ] && ! command -v sockperf >/dev/null; then
   echo "[bench] installing sockperf"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sockperf >/dev/null
 fi
+# Debian's perftest runs on ferroce's library natively (host, cm) and against rxe in the VM.
+if [ "$what" != pairs ] && ! command -v ib_write_bw >/dev/null; then
+  echo "[bench] installing perftest"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq perftest >/dev/null
+fi
 # Two commands: a `--bin` filter would apply to both packages and skip the library.
 (cd "$root" && cargo build --release --quiet -p ferroce-cli --bin ferroce \
   && cargo build --release --quiet -p ferroce-ibverbs --lib) || exit 1
@@ -279,6 +283,8 @@ if [ "$what" != vm ]; then
       if [ -f "$(dirname "$F")/libibverbs.so" ] && command -v ib_write_bw >/dev/null; then
         gid() { ip netns exec "$1" "$F" devinfo -d "$2" -v | sed -n "s/.*GID\[ *\([0-9]*\)\]:.*::ffff:$3,.*/\1/p" | head -1; }
         bench "$MTU" cabi-cabi bb "cabi vbb $(gid bb vbb 10.78.0.2)" ba "cabi vba $(gid ba vba 10.78.0.1)" 10.78.0.2
+      else
+        echo "[bench] no perftest on the library at MTU $MTU: needs $(dirname "$F")/libibverbs.so and ib_write_bw (Debian perftest)" >&2
       fi
       iperf "$MTU" bb ba 10.78.0.2
       udp_pingpong "$MTU" bb ba 10.78.0.2
