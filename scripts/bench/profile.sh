@@ -74,7 +74,9 @@ kinds() {
         else if (k && sym ~ /schedule|finish_task_switch|yield|futex|pick_next|switch_|dequeue|enqueue|update_curr|try_to_wake/) c = "kernel: scheduling, yields, wake-ups"
         else if (k) c = "kernel: the rest (skbs, veth, sockets)"
         else if (sym ~ /crc32|icrc/) c = "user space: ICRC"
-        else if (sym ~ /memmove|memcpy/) c = "user space: payload copies"
+        # A region read_at / write_at: their samples fall on the atomics of its lock, which
+        # wait there for the stores of the copy to drain (perf annotate): the copy cost.
+        else if (sym ~ /memmove|memcpy|Memory.* as .*RegionMemory>::(read_at|write_at)/) c = "user space: payload copies"
         else if (sym ~ /parse|ip_udp|from_slice|checksum|split_in_place|Opcode::lookup|header_len/) c = "user space: parsing and checking headers"
         else c = "user space: the rest"
         s[c] += n; total += n
