@@ -46,13 +46,15 @@ fi
 [ "$(id -u)" = 0 ] || { echo "scripts/bench.sh needs root (network namespaces, the VM's rxe); run it with sudo" >&2; exit 2; }
 MTUS=${MTUS:-1500 9000} DURATION=${DURATION:-8} REPEAT=${REPEAT:-3}
 out=$root/target/bench; mkdir -p "$out"   # each part replaces only its own files
-command -v iperf3 >/dev/null || { echo "[bench] installing iperf3"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iperf3 >/dev/null; }
-if [ "$what" != vm ] && ! command -v sockperf >/dev/null; then
-  echo "[bench] installing sockperf"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sockperf >/dev/null
-fi
-# Debian's perftest runs on ferroce's library natively (host, cm) and against rxe in the VM.
-if [ "$what" != pairs ] && ! command -v ib_write_bw >/dev/null; then
-  echo "[bench] installing perftest"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq perftest >/dev/null
+# The Debian packages the parts run, installed in one go when missing: iperf3 everywhere,
+# sockperf natively, perftest on ferroce's library natively (host, cm) and against rxe in
+# the VM.
+need=""
+command -v iperf3 >/dev/null || need="$need iperf3"
+[ "$what" = vm ] || command -v sockperf >/dev/null || need="$need sockperf"
+[ "$what" = pairs ] || command -v ib_write_bw >/dev/null || need="$need perftest"
+if [ -n "$need" ]; then
+  echo "[bench] installing:$need"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need >/dev/null
 fi
 # Two commands: a `--bin` filter would apply to both packages and skip the library.
 (cd "$root" && cargo build --release --quiet -p ferroce-cli --bin ferroce \
