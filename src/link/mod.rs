@@ -22,6 +22,7 @@ mod batch;
 pub mod bpf;
 pub mod eventfd;
 pub mod gso;
+pub mod gso_layout;
 pub mod interface;
 mod memory;
 mod multicast;

@@ -10,7 +10,8 @@ use std::sync::Mutex;
 
 use super::af_packet::{RawSocket, RingUse};
 use super::bpf::{roce_filter, FilterSpec, Groups};
-use super::gso::{GsoOff, GsoState, Received};
+use super::gso::{GsoOff, GsoState, Received, Run};
+use super::gso_layout::{self, Layout, LayoutChoice};
 use super::interface::Interface;
 use super::multicast::multicast_mac;
 use super::oper_state::OperState;
@@ -38,6 +39,8 @@ pub struct PacketLink {
     oper: Option<OperState>,
     /// Whether frames of one flow leave joined into UDP GSO super-frames.
     gso: GsoState,
+    /// Whether super-frames go to the kernel in a linear head or in page fragments.
+    layout: LayoutChoice,
     /// The UDP-socket way's sockets, one per IPv4 address (`FERROCE_GSO=udp`).
     udp_segment: Vec<UdpSegmentSocket>,
     gso_counters: GsoCounters,
@@ -59,6 +62,8 @@ struct GsoCounters {
     /// Super-frames sent, and the frames they carried.
     tx_super: AtomicU64,
     tx_super_pkts: AtomicU64,
+    /// Super-frames sent with their bytes in one linear head ([`Layout::Linear`]).
+    tx_linear: AtomicU64,
     /// Super-frames received and split, the packets they held, and those refused as
     /// malformed (dropped whole).
     rx_super: AtomicU64,
@@ -152,6 +157,7 @@ impl PacketLink {
         }
         let link = PacketLink {
             gso: GsoState::new(socket.has_vnet(), !udp_segment.is_empty()),
+            layout: LayoutChoice::new(gso_layout::fixed_layout()),
             udp_segment,
             gso_counters: GsoCounters::default(),
             pending: Mutex::default(),
@@ -571,15 +577,28 @@ impl Link for PacketLink {
             join,
             &mut b.runs,
         );
+        let layout = if join {
+            self.layout.layout()
+        } else {
+            Layout::Fragments
+        };
+        if layout == Layout::Linear {
+            for r in b.runs[..m].iter_mut().filter(|r| r.count > 1) {
+                r.vnet.hdr_len = run_len(r, &b.lens).min(gso_layout::LINEAR_MAX) as u16;
+            }
+        }
         let runs = &b.runs;
-        match self
+        let started = std::time::Instant::now();
+        let result = self
             .socket
-            .send_runs(&b.data, &mut b.headers, &b.lens[..n], &runs[..m])
-        {
+            .send_runs(&b.data, &mut b.headers, &b.lens[..n], &runs[..m]);
+        let nanos = started.elapsed().as_nanos() as u64;
+        match result {
             Ok(sent) => {
                 if join {
                     let c = &self.gso_counters;
                     let mut left = sent;
+                    let mut joined_bytes = 0;
                     for r in &runs[..m] {
                         if r.count > left {
                             break;
@@ -588,10 +607,27 @@ impl Link for PacketLink {
                         if r.count > 1 {
                             c.tx_super.fetch_add(1, Ordering::Relaxed);
                             c.tx_super_pkts.fetch_add(r.count as u64, Ordering::Relaxed);
+                            if layout == Layout::Linear {
+                                c.tx_linear.fetch_add(1, Ordering::Relaxed);
+                            }
+                            joined_bytes += run_len(r, &b.lens);
                         }
                     }
+                    self.layout.record(layout, nanos, joined_bytes);
                 }
                 Ok(sent)
+            }
+            // No memory for a linear head (or a queue dropped it): fragments for a while.
+            Err(e) if layout == Layout::Linear && e.raw_os_error() == Some(libc::ENOBUFS) => {
+                self.layout.linear_failed(false);
+                Err(e)
+            }
+            // A kernel that takes super-frames but not with a linear head: those frames
+            // are lost, as on a wire, and heads stay in fragments from now on.
+            Err(e) if layout == Layout::Linear && refuses_offload(&e) => {
+                tracing::warn!(error = %e, "the kernel refused a super-frame with a linear head; sending fragments");
+                self.layout.linear_failed(true);
+                Ok(0)
             }
             // A kernel that takes packet sockets' virtio-net headers but not UDP GSO (or
             // a device that refuses it): those frames are lost, as on a wire, and from
@@ -637,6 +673,8 @@ impl Link for PacketLink {
         vec![
             ("gso_tx_frames", get(&c.tx_super)),
             ("gso_tx_pkts", get(&c.tx_super_pkts)),
+            ("gso_tx_linear", get(&c.tx_linear)),
+            ("gso_layout_switches", self.layout.report().4),
             ("gso_rx_frames", get(&c.rx_super)),
             ("gso_rx_pkts", get(&c.rx_super_pkts)),
             ("gso_rx_malformed", get(&c.rx_super_err)),
@@ -647,4 +685,20 @@ impl Link for PacketLink {
         let truncated = self.socket.rings().map_or(0, Rings::truncated);
         self.rx_drops.fetch_add(new, Ordering::Relaxed) + new + truncated
     }
+}
+
+/// Bytes of the super-frame `r` makes of the batch's frames (its first frame whole, the
+/// others without their headers).
+fn run_len(r: &Run, lens: &[usize]) -> usize {
+    lens[r.first..r.first + r.count]
+        .iter()
+        .enumerate()
+        .map(|(k, &len)| {
+            if k == 0 {
+                len
+            } else {
+                len.saturating_sub(r.skip)
+            }
+        })
+        .sum()
 }
