@@ -9,7 +9,11 @@
 #      The same with FERROCE_GSO=udp at both ends (super-packets through UDP sockets with
 #      UDP_SEGMENT, the kernel building their headers): both say `gso=udp-socket`, the
 #      same counters, no ICRC error.
-#   2. The same with FERROCE_GSO=0 at the client: it says why GSO is off, splits no
+#   2. At MTU 9000 with each super-frame layout fixed at both ends (FERROCE_GSO_LAYOUT=
+#      linear: the whole frame in the kernel's linear head; frags: headers only, payload
+#      in pages): data checked, every super-frame counted as linear (gso_tx_linear ==
+#      gso_tx_frames > 0) or none, none malformed, no ICRC error.
+#   3. The same with FERROCE_GSO=0 at the client: it says why GSO is off, splits no
 #      WRITE, sends no super-frame, the server receives none (the counters are the path's,
 #      not constants); the server still sends them and the client still splits them.
 #   tests/netns/gso.sh [FERROCE_BINARY]      (needs root: namespaces, veth; Linux >= 6.2)
@@ -87,6 +91,23 @@ for mtu in 1500 9000; do
     ok "$n: FERROCE_GSO=udp: super-packets through UDP sockets both ways, split by the peer, no ICRC error"
   else
     ko "$n: FERROCE_GSO=udp (bad=$bad)" "$c" "$s"
+  fi
+done
+
+# The mtu loop leaves the veth at MTU 9000.
+for lay in linear frags; do
+  n=layout-$lay
+  SENV="FERROCE_GSO=1 FERROCE_GSO_LAYOUT=$lay" run "$n" 4096 FERROCE_GSO=1 FERROCE_GSO_LAYOUT=$lay
+  c=$out/$n.client s=$out/$n.server
+  cf=$(counter "$c" gso_tx_frames) cl=$(counter "$c" gso_tx_linear) sf=$(counter "$s" gso_tx_frames) sl=$(counter "$s" gso_tx_linear)
+  bad=$(( $(counter "$c" gso_rx_malformed) + $(counter "$s" gso_rx_malformed) + $(counter "$c" rx_icrc_err) + $(counter "$s" rx_icrc_err) ))
+  echo "    client sent $cf super-frames, $cl linear; server sent $sf, $sl linear"
+  if [ $lay = linear ]; then want_c=$cf want_s=$sf; else want_c=0 want_s=0; fi
+  if [ "$cf" -gt 0 ] && [ "$sf" -gt 0 ] && [ "$cl" = "$want_c" ] && [ "$sl" = "$want_s" ] && [ "$bad" = 0 ] &&
+    [ "$(counter "$s" gso_rx_pkts)" -gt 0 ] && [ "$(counter "$c" gso_rx_pkts)" -gt 0 ]; then
+    ok "$n: FERROCE_GSO_LAYOUT=$lay: super-frames both ways in that layout, split by the peer, no ICRC error"
+  else
+    ko "$n: FERROCE_GSO_LAYOUT=$lay (bad=$bad)" "$c" "$s"
   fi
 done
 
