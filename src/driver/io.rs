@@ -303,6 +303,7 @@ impl Shared {
             // Built under the lock, sent without it (see `tx_pipe`).
             loop {
                 let neighbours = relock(&self.io.neighbours);
+                batch.set_packed(link.packs_frames());
                 let (filled, more) = fill_batch(&mut batch, max - out.filled, &mut |slot| {
                     framer.frame(ep, &neighbours, slot)
                 });

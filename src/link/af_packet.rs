@@ -12,6 +12,7 @@ use super::bpf::SockFilter;
 use super::gso::Run;
 use super::packet_ring::Rings;
 use super::vnet::{self, VnetHdr};
+use super::{Packed, Piece, TAIL};
 
 /// Which PACKET_MMAP rings a socket asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -345,8 +346,9 @@ pub const MAX_BATCH: usize = 128;
 /// what the kernel or the other direction changes: lengths and the address fields.
 pub struct MmsgHeaders {
     iov: Box<[libc::iovec; MAX_BATCH]>,
-    /// Transmit with virtio-net headers: each message's header, then its frames.
-    tx_iov: Box<[libc::iovec; 2 * MAX_BATCH]>,
+    /// Transmit with virtio-net headers: each message's header, then its pieces (at most
+    /// two per frame: see [`super::Packed::pieces`]).
+    tx_iov: Box<[libc::iovec; 3 * MAX_BATCH]>,
     vnet: Box<[[u8; vnet::LEN]; MAX_BATCH]>,
     from: Box<[libc::sockaddr_ll; MAX_BATCH]>,
     msgs: Box<[libc::mmsghdr; MAX_BATCH]>,
@@ -501,6 +503,7 @@ impl RawSocket {
         data: &[u8],
         headers: &mut MmsgHeaders,
         lens: &[usize],
+        layout: Packed<'_>,
         runs: &[Run],
     ) -> io::Result<usize> {
         assert!(
@@ -508,6 +511,9 @@ impl RawSocket {
                 && std::ptr::eq(data.as_ptr(), headers.base)
                 && data.len() >= headers.slots * headers.slot
                 && lens.len() <= headers.slots
+                && layout.offsets.len() >= lens.len()
+                && layout.tails.len() >= lens.len()
+                && layout.aside.len() >= lens.len()
                 && runs.len() <= lens.len()
         );
         let mut at = 0;
@@ -519,17 +525,29 @@ impl RawSocket {
                 iov_len: vnet::LEN,
             };
             at += 1;
-            for (k, &len) in lens.iter().enumerate().skip(run.first).take(run.count) {
-                let len = len.min(headers.slot);
-                let skip = if k == run.first { 0 } else { run.skip.min(len) };
-                headers.tx_iov[at] = libc::iovec {
-                    // SAFETY: slot `k` lies inside `data` (k < lens.len() <= slots) and
-                    // `skip <= len <= slot`.
-                    iov_base: unsafe { headers.base.add(k * headers.slot + skip) }.cast(),
-                    iov_len: len - skip,
+            let tx_iov = &mut headers.tx_iov;
+            let base = headers.base;
+            layout.pieces(lens, run, &mut |p| {
+                tx_iov[at] = match p {
+                    Piece::Data { start, end } => {
+                        assert!(start < end && end <= data.len());
+                        libc::iovec {
+                            // SAFETY: `start..end` lies inside `data` (checked just above),
+                            // which starts at `base`.
+                            iov_base: unsafe { base.add(start) }.cast(),
+                            iov_len: end - start,
+                        }
+                    }
+                    Piece::Tail { frame, from } => {
+                        let tail = &layout.tails[frame][from.min(TAIL)..];
+                        libc::iovec {
+                            iov_base: tail.as_ptr() as *mut libc::c_void,
+                            iov_len: tail.len(),
+                        }
+                    }
                 };
                 at += 1;
-            }
+            });
             let msg = &mut headers.msgs[m].msg_hdr;
             msg.msg_iov = &mut headers.tx_iov[first_iov];
             msg.msg_iovlen = at - first_iov;
@@ -537,9 +555,10 @@ impl RawSocket {
             msg.msg_namelen = 0;
         }
         // SAFETY: `msgs[..runs.len()]` point to iovecs over the message headers in
-        // `headers.vnet` and over slots of `data` (checked above to be the buffer the
-        // headers were built for); the kernel only reads them. Runs cover disjoint frames,
-        // so at most one header and one frame iovec per frame: `at <= 2 * MAX_BATCH`.
+        // `headers.vnet`, over parts of `data` (checked above to be the buffer the headers
+        // were built for) and over `layout.tails`, all borrowed for this call; the kernel
+        // only reads them. Runs cover disjoint frames, so at most one header and two
+        // pieces per frame: `at <= 3 * MAX_BATCH`.
         let sent = unsafe { self.sendmmsg(headers, runs.len())? };
         Ok(runs[..sent].iter().map(|r| r.count).sum())
     }

@@ -32,11 +32,18 @@ pub struct Run {
     pub skip: usize,
 }
 
-/// Groups the frames of a batch — frame `i` is `data[i * slot..][..lens[i]]` — into runs
+/// Groups the frames of a batch — frame `i` is `data[offsets[i]..][..lens[i]]`, of which
+/// only the headers are read — into runs
 /// written to `out` (which has room for `lens.len()`), returns how many. With `join`
 /// false every frame is a run of its own. Each run of more than one frame has its first
 /// frame's headers rewritten in place into the super-frame's.
-pub fn plan(data: &mut [u8], slot: usize, lens: &[usize], join: bool, out: &mut [Run]) -> usize {
+pub fn plan(
+    data: &mut [u8],
+    offsets: &[usize],
+    lens: &[usize],
+    join: bool,
+    out: &mut [Run],
+) -> usize {
     let mut runs = 0;
     let mut i = 0;
     while i < lens.len() {
@@ -47,7 +54,7 @@ pub fn plan(data: &mut [u8], slot: usize, lens: &[usize], join: bool, out: &mut 
             skip: 0,
         };
         if join {
-            if let Some((count, vnet, skip)) = join_from(data, slot, lens, i) {
+            if let Some((count, vnet, skip)) = join_from(data, offsets, lens, i) {
                 run = Run {
                     first: i,
                     count,
@@ -67,17 +74,17 @@ pub fn plan(data: &mut [u8], slot: usize, lens: &[usize], join: bool, out: &mut 
 /// header bytes of each frame; the first frame becomes the super-frame's head.
 fn join_from(
     data: &mut [u8],
-    slot: usize,
+    offsets: &[usize],
     lens: &[usize],
     i: usize,
 ) -> Option<(usize, VnetHdr, usize)> {
-    let first = &data[i * slot..][..lens[i]];
+    let first = &data[offsets[i]..][..lens[i]];
     if first.len() < ETH || !matches!([first[12], first[13]], [0x08, 0x00] | [0x86, 0xdd]) {
         return None;
     }
-    let (head, count, payload) = longest_run(data, slot, lens, i)?;
+    let (head, count, payload) = longest_run(data, offsets, lens, i)?;
     let headers = ETH + head.header_len();
-    let start = i * slot;
+    let start = offsets[i];
     head.make_super(&mut data[start + ETH..start + lens[i]], payload)
         .ok()?;
     let vnet = VnetHdr::udp_gso(headers, headers - 8, head.segment_size());
@@ -89,11 +96,11 @@ fn join_from(
 /// all. `None` when frame `i` goes alone.
 fn longest_run(
     data: &[u8],
-    slot: usize,
+    offsets: &[usize],
     lens: &[usize],
     i: usize,
 ) -> Option<(RunHead, usize, usize)> {
-    let frame = |k: usize| &data[k * slot..][..lens[k]];
+    let frame = |k: usize| &data[offsets[k]..][..lens[k]];
     let first = frame(i);
     let head = RunHead::new(first.get(ETH..)?)?;
     let headers = ETH + head.header_len();
@@ -135,7 +142,7 @@ fn longest_run(
 /// tells it by its length ([`split_received`]).
 pub fn plan_udp(
     data: &[u8],
-    slot: usize,
+    offsets: &[usize],
     lens: &[usize],
     own_mac: [u8; 6],
     out: &mut [Run],
@@ -143,13 +150,13 @@ pub fn plan_udp(
     let mut runs = 0;
     let mut i = 0;
     while i < lens.len() {
-        let first = &data[i * slot..][..lens[i]];
+        let first = &data[offsets[i]..][..lens[i]];
         let ipv4 = first.len() > ETH + 20
             && first[12..14] == [0x08, 0x00]
             && first[ETH] == 0x45
             && first[..6] != own_mac;
         let count = ipv4
-            .then(|| longest_run(data, slot, lens, i))
+            .then(|| longest_run(data, offsets, lens, i))
             .flatten()
             .filter(|&(_, _, payload)| payload > MAX_PACKET_PAYLOAD)
             .map_or(1, |(_, count, _)| count);
@@ -356,6 +363,10 @@ mod tests {
         f
     }
 
+    fn slots(n: usize) -> Vec<usize> {
+        (0..n).map(|i| i * SLOT).collect()
+    }
+
     fn batch(frames: &[Vec<u8>]) -> (Vec<u8>, Vec<usize>) {
         let mut data = vec![0; frames.len() * SLOT];
         for (i, f) in frames.iter().enumerate() {
@@ -376,7 +387,7 @@ mod tests {
         ];
         let (mut data, lens) = batch(&frames);
         let mut runs = [Run::default(); 6];
-        let n = plan(&mut data, SLOT, &lens, true, &mut runs);
+        let n = plan(&mut data, &slots(lens.len()), &lens, true, &mut runs);
         let shape: Vec<(usize, usize)> = runs[..n].iter().map(|r| (r.first, r.count)).collect();
         assert_eq!(shape, [(0, 3), (3, 1), (4, 1), (5, 1)]);
         assert_eq!(runs[0].vnet.udp_segment_size(), Some(lens[0] - 42));
@@ -411,9 +422,9 @@ mod tests {
         let (mut data, lens) = batch(&frames);
         let mut runs = [Run::default(); 8];
         // Frames to this host's own MAC (another process here) never take the UDP way.
-        let n = plan_udp(&data, SLOT, &lens, [4; 6], &mut runs);
+        let n = plan_udp(&data, &slots(lens.len()), &lens, [4; 6], &mut runs);
         assert!(runs[..n].iter().all(|r| r.count == 1), "{:?}", &runs[..n]);
-        let n = plan_udp(&data, SLOT, &lens, [9; 6], &mut runs);
+        let n = plan_udp(&data, &slots(lens.len()), &lens, [9; 6], &mut runs);
         let shape: Vec<(usize, usize)> = runs[..n].iter().map(|r| (r.first, r.count)).collect();
         assert_eq!(shape, [(0, 5), (5, 1), (6, 1), (7, 1)]);
         // Nothing rewritten by planning.
@@ -528,7 +539,7 @@ mod tests {
         ];
         let (mut data, lens) = batch(&frames);
         let mut runs = [Run::default(); 4];
-        let n = plan(&mut data, SLOT, &lens, true, &mut runs);
+        let n = plan(&mut data, &slots(lens.len()), &lens, true, &mut runs);
         let shape: Vec<(usize, usize)> = runs[..n].iter().map(|r| (r.first, r.count)).collect();
         assert_eq!(shape, [(0, 1), (1, 3)]);
     }
@@ -539,7 +550,10 @@ mod tests {
         let (mut data, lens) = batch(&frames);
         let before = data.clone();
         let mut runs = [Run::default(); 2];
-        assert_eq!(plan(&mut data, SLOT, &lens, false, &mut runs), 2);
+        assert_eq!(
+            plan(&mut data, &slots(lens.len()), &lens, false, &mut runs),
+            2
+        );
         assert_eq!(data, before);
     }
 
@@ -552,7 +566,7 @@ mod tests {
         }
         let lens: Vec<usize> = frames.iter().map(Vec::len).collect();
         let mut runs = [Run::default(); 70];
-        let n = plan(&mut data, SLOT, &lens, true, &mut runs);
+        let n = plan(&mut data, &slots(lens.len()), &lens, true, &mut runs);
         let seg = lens[0] - 42;
         assert!(runs[..n].iter().all(|r| 28 + r.count * seg <= 65535));
         assert_eq!(runs[..n].iter().map(|r| r.count).sum::<usize>(), 70);

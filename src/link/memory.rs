@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use super::eventfd::EventFd;
 use super::gso;
 use super::vnet::VnetHdr;
-use super::{FrameBatch, Link, MAX_FRAME};
+use super::{FrameBatch, Link};
 
 /// One end of an in-memory wire: frames sent on one end queue at the other.
 pub struct MemoryLink {
@@ -159,7 +159,7 @@ impl Link for MemoryLink {
         let n = batch.len();
         let m = gso::plan(
             &mut batch.data,
-            MAX_FRAME,
+            &batch.offsets[..n],
             &batch.lens[..n],
             true,
             &mut batch.runs,

@@ -36,7 +36,7 @@ pub mod udp_guard;
 pub mod udp_segment;
 pub mod vnet;
 
-pub use batch::{FrameBatch, TxOutcome, BATCH_BYTES, MAX_FRAME, MIN_SLOT};
+pub use batch::{FrameBatch, Packed, Piece, TxOutcome, BATCH_BYTES, MAX_FRAME, MIN_SLOT, TAIL};
 pub use memory::{Fate, MemoryLink, SuperFault};
 pub use multicast::multicast_mac;
 pub use packet::{LinkError, PacketLink};
@@ -115,6 +115,11 @@ pub trait Link: Send + Sync + 'static {
     /// Whether consecutive equal-length frames of one flow may leave joined into one
     /// super-frame (UDP GSO): then it pays to send frames of equal length.
     fn joins_frames(&self) -> bool {
+        false
+    }
+    /// Whether [`Link::send_batch`] takes packed batches ([`FrameBatch::set_packed`]); a
+    /// sender that fills batches itself packs them when this says so.
+    fn packs_frames(&self) -> bool {
         false
     }
     /// Whether [`Link::send_each`] builds frames in memory it shares with the kernel (a
@@ -196,13 +201,15 @@ pub fn fill_batch(
     batch.clear();
     let mut filled = 0;
     while filled < max && !batch.is_full() {
-        let i = batch.len();
-        let Some(len) = fill(batch.slot_mut(i)) else {
+        let Some(len) = fill(batch.begin()) else {
+            batch.abandon();
             return (filled, false);
         };
         filled += 1;
         if len > 0 {
             batch.push(len);
+        } else {
+            batch.abandon();
         }
     }
     (filled, true)
@@ -217,6 +224,7 @@ pub(crate) fn send_each_batched<L: Link + ?Sized>(
 ) -> TxOutcome {
     let mut out = TxOutcome::default();
     let mut more = true;
+    batch.set_packed(link.packs_frames());
     while more && out.filled < max {
         let (filled, left) = fill_batch(batch, max - out.filled, fill);
         out.filled += filled;

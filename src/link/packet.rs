@@ -193,7 +193,7 @@ impl PacketLink {
         let n = b.count;
         let m = super::gso::plan_udp(
             &b.data,
-            super::MAX_FRAME,
+            &b.offsets[..n],
             &b.lens[..n],
             self.iface.mac,
             &mut b.runs,
@@ -239,8 +239,9 @@ impl PacketLink {
                     p.first = first + j;
                     p.count = 1;
                 }
+                let (data, headers, lens, frames) = b.send_parts();
                 self.socket
-                    .send_runs(&b.data, &mut b.headers, &b.lens[..n], &plain[..count])?
+                    .send_runs(data, headers, lens, frames, &plain[..count])?
             } else {
                 self.socket.send_slots(
                     &b.data,
@@ -570,30 +571,27 @@ impl Link for PacketLink {
             return self.socket.send_many(&b.data, &mut b.headers, &b.lens[..n]);
         }
         let join = self.gso.on();
-        let m = super::gso::plan(
-            &mut b.data,
-            super::MAX_FRAME,
-            &b.lens[..n],
-            join,
-            &mut b.runs,
-        );
+        let mut runs = std::mem::take(&mut b.runs);
+        let m = super::gso::plan(&mut b.data, &b.offsets[..n], &b.lens[..n], join, &mut runs);
+        // A packed batch's runs now lie end to end (`skip` is at least the headers).
+        b.restore_runs(&runs[..m]);
         let layout = if join {
             self.layout.layout()
         } else {
             Layout::Fragments
         };
         if layout == Layout::Linear {
-            for r in b.runs[..m].iter_mut().filter(|r| r.count > 1) {
+            for r in runs[..m].iter_mut().filter(|r| r.count > 1) {
                 r.vnet.hdr_len = run_len(r, &b.lens).min(gso_layout::LINEAR_MAX) as u16;
             }
         }
-        let runs = &b.runs;
         let started = std::time::Instant::now();
+        let (data, headers, lens, frames) = b.send_parts();
         let result = self
             .socket
-            .send_runs(&b.data, &mut b.headers, &b.lens[..n], &runs[..m]);
+            .send_runs(data, headers, lens, frames, &runs[..m]);
         let nanos = started.elapsed().as_nanos() as u64;
-        match result {
+        let out = match result {
             Ok(sent) => {
                 if join {
                     let c = &self.gso_counters;
@@ -637,10 +635,17 @@ impl Link for PacketLink {
                 Ok(0)
             }
             Err(e) => Err(e),
-        }
+        };
+        b.runs = runs;
+        out
     }
     fn sends_from_ring(&self) -> bool {
         self.tx_ring().is_some()
+    }
+    fn packs_frames(&self) -> bool {
+        // Only the packet-socket way sends through `FrameBatch::layout`; joining may stop
+        // later (`GsoState::refused`), which that way still sends.
+        self.socket.has_vnet() && self.gso.on() && self.tx_ring().is_none()
     }
     fn joins_frames(&self) -> bool {
         // Not the UDP-socket way: it serves rxe peers (Linux 6.1), where split WRITEs
