@@ -8,9 +8,9 @@
 //! set by whether the memory it writes is still in the cache. Fragment pages come from a
 //! per-CPU free list, so they are hot only when the receiver that freed them runs on the
 //! sender's CPU; a 64 KiB linear head comes from the zone's shared free list, the block a
-//! receiver on another CPU freed a moment earlier. On a 2-CPU Intel host (README,
-//! "Super-frames in one linear block") one pair of processes moved 7-14% more at MTU 1500
-//! and 23% more at 9000 with linear heads, while two and four pairs moved less with them
+//! receiver on another CPU freed a moment earlier. On a 2-CPU Intel host (README, "A
+//! super-frame's head") one pair of processes moved 7-14% more at MTU 1500
+//! and 23-25% more at 9000 with linear heads, while two and four pairs moved less with them
 //! (their senders share a CPU with a receiver). Where the kernel or a NIC cuts the
 //! super-frame in software, a linear head costs a copy per segment. So the sender times its
 //! own sends in each layout and uses the cheaper one, trying the other now and then.
