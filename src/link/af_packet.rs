@@ -93,7 +93,7 @@ fn set_ignore_outgoing(fd: RawFd, ignore: bool) -> io::Result<()> {
 }
 
 /// Requested receive and send buffer size (the kernel doubles it for bookkeeping).
-const SOCKET_BUFFER: i32 = 16 << 20;
+pub(super) const SOCKET_BUFFER: i32 = 16 << 20;
 
 impl RawSocket {
     /// Opens a raw socket on interface `ifindex` that receives the frames `filter` accepts
