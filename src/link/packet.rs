@@ -124,6 +124,15 @@ impl PacketLink {
                 Some(libc::EPERM) | Some(libc::EACCES) => LinkError::Permission,
                 _ => LinkError::Io(e),
             })?;
+        // Without a virtio-net header (Linux before 6.2), only where the interface joins
+        // nothing itself (see `UdpGuard::bind`).
+        let whole_super_frames =
+            socket.has_vnet() || (!iface.loopback && super::udp_guard::gro_off(&iface.name));
+        tracing::debug!(
+            iface = %iface.name,
+            whole_super_frames,
+            "UDP 4791 guard takes super-frames whole (else the kernel cuts them for it)"
+        );
         let mut guards = Vec::new();
         for (addr, _) in &iface.addrs {
             if let IpAddr::V6(v6) = addr {
@@ -131,7 +140,7 @@ impl PacketLink {
                     continue; // binding link-local needs a scope id; nothing routes RoCE there
                 }
             }
-            match UdpGuard::bind(*addr, socket.has_vnet()) {
+            match UdpGuard::bind(*addr, whole_super_frames) {
                 Ok(g) => guards.push(g),
                 Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
                     return Err(LinkError::PortInUse(*addr))
@@ -322,8 +331,10 @@ impl PacketLink {
 /// Whether to ask for the virtio-net header: from Linux 6.2 on, where packet sockets both
 /// report UDP super-frames (older kernels drop them from a socket with the header) and
 /// send them. Before, frames move exactly as they did without the GSO path.
+/// `FERROCE_VNET_HDR=0` does without it on any kernel, as before 6.2: the older kernels'
+/// receive path (super-frames split by their length) can then be tested on a new one.
 fn vnet_wanted() -> bool {
-    super::gso::kernel_at_least(6, 2)
+    std::env::var("FERROCE_VNET_HDR").as_deref() != Ok("0") && super::gso::kernel_at_least(6, 2)
 }
 
 /// Errors with which a kernel or device refuses a UDP GSO super-frame it cannot take.

@@ -13,7 +13,11 @@
 #      linear: the whole frame in the kernel's linear head; frags: headers only, payload
 #      in pages): data checked, every super-frame counted as linear (gso_tx_linear ==
 #      gso_tx_frames > 0) or none, none malformed, no ICRC error.
-#   3. The same with FERROCE_GSO=0 at the client: it says why GSO is off, splits no
+#   3. FERROCE_VNET_HDR=0 and FERROCE_GSO=udp at both ends (the receive path of kernels
+#      before 6.2): super-frames split by their length both ways, no ICRC error, and the
+#      UDP 4791 guard in the server's namespace took them whole (its drops, Udp InErrors,
+#      under half the packets split: a guard the kernel cuts them up for drops each).
+#   4. The same with FERROCE_GSO=0 at the client: it says why GSO is off, splits no
 #      WRITE, sends no super-frame, the server receives none (the counters are the path's,
 #      not constants); the server still sends them and the client still splits them.
 #   tests/netns/gso.sh [FERROCE_BINARY]      (needs root: namespaces, veth; Linux >= 6.2)
@@ -110,6 +114,26 @@ for lay in linear frags; do
     ko "$n: FERROCE_GSO_LAYOUT=$lay (bad=$bad)" "$c" "$s"
   fi
 done
+
+# The receive path of kernels before 6.2 (no virtio-net header: super-frames split by
+# their length), with the UDP-socket way at both ends. The veth joins nothing itself (GRO
+# off, its default), so each end's UDP 4791 guard takes a super-frame whole and drops it
+# as one datagram, instead of having the kernel cut it up for it: the guard's drops (the
+# namespace's Udp InErrors) stay well below the packets the server split.
+udp_in_errors() { ip netns exec "$1" awk '$1 == "Udp:" && $2 ~ /^[0-9]+$/ { print $4 }' /proc/net/snmp; }
+n=udp-novnet
+e0=$(udp_in_errors $B)
+SENV="FERROCE_GSO=udp FERROCE_VNET_HDR=0" run "$n" 4096 FERROCE_GSO=udp FERROCE_VNET_HDR=0
+e1=$(udp_in_errors $B)
+c=$out/$n.client s=$out/$n.server
+srx=$(counter "$s" gso_rx_pkts) crx=$(counter "$c" gso_rx_pkts)
+bad=$(( $(counter "$c" gso_rx_malformed) + $(counter "$s" gso_rx_malformed) + $(counter "$c" rx_icrc_err) + $(counter "$s" rx_icrc_err) ))
+echo "    server split $srx packets from $(counter "$s" gso_rx_frames) super-frames; its guard dropped $((e1 - e0)) datagrams"
+if [ "$srx" -gt 0 ] && [ "$crx" -gt 0 ] && [ "$bad" = 0 ] && [ $((2 * (e1 - e0))) -lt "$srx" ]; then
+  ok "$n: FERROCE_VNET_HDR=0: super-frames split by length both ways; the guard took them whole ($((e1 - e0)) drops for $srx packets)"
+else
+  ko "$n: FERROCE_VNET_HDR=0 (bad=$bad, guard drops $((e1 - e0)) for $srx packets)" "$c" "$s"
+fi
 
 run gso-off-client 4096 FERROCE_GSO=0
 c=$out/gso-off-client.client s=$out/gso-off-client.server
