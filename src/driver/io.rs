@@ -240,7 +240,19 @@ impl Shared {
     /// link's buffers and sent in batches. Datagrams to the device's own addresses go
     /// back to the transport instead, for a bounded number of rounds.
     pub(super) fn transmit(&self, ep: &mut EndpointGuard<'_>, max: usize) -> TxOutcome {
-        let out = self.transmit_once(ep, max);
+        self.transmit_at(ep, max, self.now())
+    }
+
+    /// [`Shared::transmit`] at a time the caller read already (the driver's loop reads the
+    /// clock once a round: on a virtual machine without a fast clock, every read is a
+    /// system call and an emulated timer read).
+    pub(super) fn transmit_at(
+        &self,
+        ep: &mut EndpointGuard<'_>,
+        max: usize,
+        now: ferroce_transport::Instant,
+    ) -> TxOutcome {
+        let out = self.transmit_once(ep, max, now);
         if self.io.local.is_empty() {
             return out;
         }
@@ -255,7 +267,7 @@ impl Shared {
                 ep.handle_packet(now, f);
             }
             self.deliver_cq_events(ep);
-            self.transmit_once(ep, max);
+            self.transmit_once(ep, max, now);
         }
         if !relock(&self.io.loopback).is_empty() {
             self.wake.wake();
@@ -268,7 +280,12 @@ impl Shared {
         !relock(&self.io.loopback).is_empty()
     }
 
-    fn transmit_once(&self, ep: &mut EndpointGuard<'_>, max: usize) -> TxOutcome {
+    fn transmit_once(
+        &self,
+        ep: &mut EndpointGuard<'_>,
+        max: usize,
+        now: ferroce_transport::Instant,
+    ) -> TxOutcome {
         // Whatever poll mode left for later goes now.
         self.wake.answers_pending.store(false, Ordering::Relaxed);
         self.wake.answers_age.store(0, Ordering::Relaxed);
@@ -276,7 +293,7 @@ impl Shared {
         let link = &*self.io.link;
         let mut framer = Framer {
             shared: self,
-            now: self.now(),
+            now,
             src: link.mac(),
             last: None,
             no_neighbour: 0,

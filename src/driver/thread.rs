@@ -34,7 +34,12 @@ pub(super) fn run(s: &Shared) {
     // poll() skips a negative descriptor: a link whose state never changes.
     let state = s.io.link.state_fd().unwrap_or(-1);
     let fds = [s.io.link.fd(), waker, timer, state];
-    let mut last_activity = std::time::Instant::now();
+    // The clock is read once a round (`now` below), and that reading serves the timers,
+    // the frames built and the busy-poll alike: on a virtual machine without a fast
+    // clock (qemu's TCG: the HPET) each read is a system call and an emulated device
+    // access, and an idle round made three. The busy-poll counts from the start of the
+    // first round after the last one that did something (a round's sends can be long).
+    let mut last_activity = None;
     let mut seen_polls = 0;
     let mut nap = APP_POLL_RECHECK;
     let mut napped = false;
@@ -78,7 +83,7 @@ pub(super) fn run(s: &Shared) {
             s.deliver_cq_events(&mut ep);
             progressed = true;
         }
-        let sent = s.transmit(&mut ep, TX_BATCH);
+        let sent = s.transmit_at(&mut ep, TX_BATCH, now);
         // Looped-back datagrams left over by a bounded transmit: another round soon.
         progressed |= s.loopback_pending();
         // (A full transmit ring empties by itself; the busy-poll below looks again soon.)
@@ -86,14 +91,16 @@ pub(super) fn run(s: &Shared) {
         if progressed {
             // Cheap when nobody waits; precise tracking would cost more than it saves.
             s.completions.signal();
-            last_activity = std::time::Instant::now();
+            last_activity = None;
             continue;
         }
         // API threads polling the link (poll mode) since the last look?
         let polls = s.wake.app_polls.load(Ordering::Relaxed);
         let app = polls != 0 && polls != seen_polls;
         seen_polls = polls;
-        if !app && last_activity.elapsed() < BUSY_POLL {
+        let since = *last_activity.get_or_insert(now);
+        let idle = now.as_nanos().saturating_sub(since.as_nanos());
+        if !app && idle < BUSY_POLL.as_nanos() as u64 {
             // Traffic tends to come in bursts and answers follow within microseconds:
             // look again before paying for a sleep and a wake-up.
             drop(ep);
