@@ -16,7 +16,9 @@
 #   3. FERROCE_VNET_HDR=0 and FERROCE_GSO=udp at both ends (the receive path of kernels
 #      before 6.2): super-frames split by their length both ways, no ICRC error, and the
 #      UDP 4791 guard in the server's namespace took them whole (its drops, Udp InErrors,
-#      under half the packets split: a guard the kernel cuts them up for drops each).
+#      under half the packets split: a guard the kernel cuts them up for drops each);
+#      with GRO turned on at the server's veth, the guard there drops every packet (it
+#      may not ask for them whole where a NIC's GRO could join short ones).
 #   4. The same with FERROCE_GSO=0 at the client: it says why GSO is off, splits no
 #      WRITE, sends no super-frame, the server receives none (the counters are the path's,
 #      not constants); the server still sends them and the client still splits them.
@@ -133,6 +135,32 @@ if [ "$srx" -gt 0 ] && [ "$crx" -gt 0 ] && [ "$bad" = 0 ] && [ $((2 * (e1 - e0))
   ok "$n: FERROCE_VNET_HDR=0: super-frames split by length both ways; the guard took them whole ($((e1 - e0)) drops for $srx packets)"
 else
   ko "$n: FERROCE_VNET_HDR=0 (bad=$bad, guard drops $((e1 - e0)) for $srx packets)" "$c" "$s"
+fi
+
+# With GRO on at the server's end (set through SIOCETHTOOL: ETHTOOL_SGRO), a guard there
+# may not ask for super-frames whole (a NIC's GRO would then join short RoCE packets), so
+# the kernel cuts them up for it: a drop per packet.
+gro() {  # NETNS IFNAME on|off
+  ip netns exec "$1" python3 -c 'import ctypes, fcntl, socket, struct, sys
+v = ctypes.create_string_buffer(struct.pack("II", 0x2c, sys.argv[2] == "on"), 8)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+fcntl.ioctl(s.fileno(), 0x8946, struct.pack("16sP", sys.argv[1].encode(), ctypes.addressof(v)))' "$2" "$3"
+}
+n=udp-novnet-gro
+if gro $B gso-vb on; then
+  e0=$(udp_in_errors $B)
+  SENV="FERROCE_GSO=udp FERROCE_VNET_HDR=0" run "$n" 4096 FERROCE_GSO=udp FERROCE_VNET_HDR=0
+  e1=$(udp_in_errors $B)
+  gro $B gso-vb off
+  s=$out/$n.server srx=$(counter "$out/$n.server" gso_rx_pkts)
+  echo "    server split $srx packets; its guard dropped $((e1 - e0)) datagrams"
+  if [ "$srx" -gt 0 ] && [ $((e1 - e0)) -ge "$srx" ]; then
+    ok "$n: with GRO on at the server's veth its guard had super-frames cut ($((e1 - e0)) drops for $srx packets)"
+  else
+    ko "$n: GRO on (guard drops $((e1 - e0)) for $srx packets)" "$out/$n.client" "$s"
+  fi
+else
+  ko "$n: cannot turn GRO on at gso-vb"
 fi
 
 run gso-off-client 4096 FERROCE_GSO=0
