@@ -104,6 +104,11 @@ pub trait Link: Send + Sync + 'static {
     fn set_multicast(&self, _groups: &BTreeSet<IpAddr>) -> io::Result<()> {
         Ok(())
     }
+    /// Choices the link made at open or since, each with why, for `--stats`: `(what,
+    /// choice)` pairs such as `("guard", "takes super-frames whole (GRO off on eth0)")`.
+    fn details(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
     /// How many processes and QPs use the link's interface, if it is shared.
     fn users(&self) -> Option<LinkUsers> {
         None

@@ -26,6 +26,8 @@ use ferroce_wire::icrc::HeadPatch;
 /// A real interface: AF_PACKET raw socket plus the UDP port guard.
 #[derive(Debug)]
 pub struct PacketLink {
+    /// What the UDP 4791 guards do with super-frames, for `--stats`.
+    guard_mode: &'static str,
     iface: Interface,
     socket: RawSocket,
     _guards: Vec<UdpGuard>,
@@ -126,8 +128,19 @@ impl PacketLink {
             })?;
         // Without a virtio-net header (Linux before 6.2), only where the interface joins
         // nothing itself (see `UdpGuard::bind`).
-        let whole_super_frames =
-            socket.has_vnet() || (!iface.loopback && super::udp_guard::gro_off(&iface.name));
+        let (whole_super_frames, guard_mode) = if socket.has_vnet() {
+            (
+                true,
+                "takes super-frames whole (virtio-net headers say which frames are)",
+            )
+        } else if !iface.loopback && super::udp_guard::gro_off(&iface.name) {
+            (
+                true,
+                "takes super-frames whole (GRO is off on the interface: nothing joins packets)",
+            )
+        } else {
+            (false, "has the kernel cut super-frames for it (GRO may join short packets here, which a socket without virtio-net headers cannot tell apart)")
+        };
         tracing::debug!(
             iface = %iface.name,
             whole_super_frames,
@@ -165,6 +178,7 @@ impl PacketLink {
             }
         }
         let link = PacketLink {
+            guard_mode,
             gso: GsoState::new(socket.has_vnet(), !udp_segment.is_empty()),
             layout: LayoutChoice::new(gso_layout::fixed_layout()),
             udp_segment,
@@ -683,6 +697,16 @@ impl Link for PacketLink {
             (None, _) => "rx=recvmmsg tx=sendmmsg gso=off (needs the receive ring)",
         }
     }
+    fn details(&self) -> Vec<(&'static str, String)> {
+        let mut v = Vec::new();
+        if self.gso.on() {
+            v.push(("gso layout", self.layout.describe()));
+        }
+        if !self._guards.is_empty() {
+            v.push(("guard", self.guard_mode.to_string()));
+        }
+        v
+    }
     fn counters(&self) -> Vec<(&'static str, u64)> {
         let c = &self.gso_counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -690,7 +714,7 @@ impl Link for PacketLink {
             ("gso_tx_frames", get(&c.tx_super)),
             ("gso_tx_pkts", get(&c.tx_super_pkts)),
             ("gso_tx_linear", get(&c.tx_linear)),
-            ("gso_layout_switches", self.layout.report().4),
+            ("gso_layout_switches", self.layout.switches()),
             ("gso_rx_frames", get(&c.rx_super)),
             ("gso_rx_pkts", get(&c.rx_super_pkts)),
             ("gso_rx_malformed", get(&c.rx_super_err)),

@@ -268,6 +268,11 @@ impl Context {
         self.shared().link().io_mode()
     }
 
+    /// The link's choices and why (see [`crate::link::Link::details`]), for `--stats`.
+    pub fn link_details(&self) -> Vec<(&'static str, String)> {
+        self.shared().link().details()
+    }
+
     /// How frames other processes on this host send reach this one ("ignored" until a QP
     /// talks to this host); `None` for the in-memory wire.
     pub fn link_same_host(&self) -> Option<&'static str> {

@@ -71,7 +71,11 @@ for mtu in 1500 9000; do
   # The largest RoCE path MTU the veth carries.
   run "$n" "$([ $mtu = 1500 ] && echo 1024 || echo 4096)" FERROCE_GSO=1
   c=$out/$n.client s=$out/$n.server
-  if grep -q '^link: .* gso=on$' "$c" && grep -q '^link: .* gso=on$' "$s"; then ok "$n: both ends gso=on"; else ko "$n: gso not on" "$c" "$s"; fi
+  if grep -q '^link: .* gso=on$' "$c" && grep -q '^link: .* gso=on$' "$s" &&
+    grep -qE '^gso layout: (linear|fragments) \((measured|not measured yet)' "$c" &&
+    grep -q '^guard: takes super-frames whole (virtio-net headers' "$s"; then
+    ok "$n: both ends gso=on, the layout measured, the guard taking super-frames whole"
+  else ko "$n: gso not on" "$c" "$s"; fi
   # Joining links send RC WRITEs as WRITE ONLY packets, equal in length across messages.
   if grep -q '^writes: split' "$c" && grep -q '^writes: split' "$s"; then ok "$n: both ends split WRITEs"; else ko "$n: WRITEs not split" "$c" "$s"; fi
   ctx=$(counter "$c" gso_tx_pkts) srx=$(counter "$s" gso_rx_pkts) stx=$(counter "$s" gso_tx_pkts) crx=$(counter "$c" gso_rx_pkts)
@@ -109,7 +113,9 @@ for lay in linear frags; do
   bad=$(( $(counter "$c" gso_rx_malformed) + $(counter "$s" gso_rx_malformed) + $(counter "$c" rx_icrc_err) + $(counter "$s" rx_icrc_err) ))
   echo "    client sent $cf super-frames, $cl linear; server sent $sf, $sl linear"
   if [ $lay = linear ]; then want_c=$cf want_s=$sf; else want_c=0 want_s=0; fi
+  [ $lay = linear ] && said=linear || said=fragments
   if [ "$cf" -gt 0 ] && [ "$sf" -gt 0 ] && [ "$cl" = "$want_c" ] && [ "$sl" = "$want_s" ] && [ "$bad" = 0 ] &&
+    grep -q "^gso layout: $said (FERROCE_GSO_LAYOUT)$" "$c" && grep -q "^gso layout: $said (FERROCE_GSO_LAYOUT)$" "$s" &&
     [ "$(counter "$s" gso_rx_pkts)" -gt 0 ] && [ "$(counter "$c" gso_rx_pkts)" -gt 0 ]; then
     ok "$n: FERROCE_GSO_LAYOUT=$lay: super-frames both ways in that layout, split by the peer, no ICRC error"
   else
@@ -131,7 +137,8 @@ c=$out/$n.client s=$out/$n.server
 srx=$(counter "$s" gso_rx_pkts) crx=$(counter "$c" gso_rx_pkts)
 bad=$(( $(counter "$c" gso_rx_malformed) + $(counter "$s" gso_rx_malformed) + $(counter "$c" rx_icrc_err) + $(counter "$s" rx_icrc_err) ))
 echo "    server split $srx packets from $(counter "$s" gso_rx_frames) super-frames; its guard dropped $((e1 - e0)) datagrams"
-if [ "$srx" -gt 0 ] && [ "$crx" -gt 0 ] && [ "$bad" = 0 ] && [ $((2 * (e1 - e0))) -lt "$srx" ]; then
+if [ "$srx" -gt 0 ] && [ "$crx" -gt 0 ] && [ "$bad" = 0 ] && [ $((2 * (e1 - e0))) -lt "$srx" ] &&
+  grep -q '^guard: takes super-frames whole (GRO is off' "$s"; then
   ok "$n: FERROCE_VNET_HDR=0: super-frames split by length both ways; the guard took them whole ($((e1 - e0)) drops for $srx packets)"
 else
   ko "$n: FERROCE_VNET_HDR=0 (bad=$bad, guard drops $((e1 - e0)) for $srx packets)" "$c" "$s"
@@ -154,7 +161,7 @@ if gro $B gso-vb on; then
   gro $B gso-vb off
   s=$out/$n.server srx=$(counter "$out/$n.server" gso_rx_pkts)
   echo "    server split $srx packets; its guard dropped $((e1 - e0)) datagrams"
-  if [ "$srx" -gt 0 ] && [ $((e1 - e0)) -ge "$srx" ]; then
+  if [ "$srx" -gt 0 ] && [ $((e1 - e0)) -ge "$srx" ] && grep -q '^guard: has the kernel cut super-frames' "$s"; then
     ok "$n: with GRO on at the server's veth its guard had super-frames cut ($((e1 - e0)) drops for $srx packets)"
   else
     ko "$n: GRO on (guard drops $((e1 - e0)) for $srx packets)" "$out/$n.client" "$s"

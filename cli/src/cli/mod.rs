@@ -180,6 +180,9 @@ fn print_stats(ctx: &ferroce::verbs::Context) {
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     eprintln!("link: {}", ctx.link_io());
+    for (what, choice) in ctx.link_details() {
+        eprintln!("{what}: {choice}");
+    }
     eprintln!("icrc: {}", ctx.icrc_engine());
     if ctx.split_writes() {
         eprintln!("writes: split (each packet a WRITE ONLY of its own)");
