@@ -132,6 +132,19 @@ fn longest_run(
     (count >= 2).then_some((head, count, payload))
 }
 
+/// Whether the UDP-socket way can send `frame`: IPv4 without options, UDP, long enough
+/// for a RoCE packet, to another host's unicast MAC (frames to `own_mac` reach other
+/// processes on this host through the packet socket's outgoing tap, which a UDP socket's
+/// routing would bypass; multicast stays with the packet socket's groups).
+pub fn udp_way_takes(frame: &[u8], own_mac: [u8; 6]) -> bool {
+    frame.len() >= ETH + ferroce_wire::icrc::IPV4_UDP_HEAD + 12 + 4
+        && frame[12..14] == [0x08, 0x00]
+        && frame[ETH] == 0x45
+        && frame[ETH + 9] == 17
+        && frame[0] & 1 == 0
+        && frame[..6] != own_mac
+}
+
 /// Groups the frames of a batch into runs as [`plan`] does, for the UDP-socket way
 /// ([`super::udp_segment`]): only IPv4 runs (the socket is IPv4) to another host's MAC
 /// (frames to `own_mac` reach other processes on this host through the packet socket's
@@ -151,11 +164,7 @@ pub fn plan_udp(
     let mut i = 0;
     while i < lens.len() {
         let first = &data[offsets[i]..][..lens[i]];
-        let ipv4 = first.len() > ETH + 20
-            && first[12..14] == [0x08, 0x00]
-            && first[ETH] == 0x45
-            && first[..6] != own_mac;
-        let count = ipv4
+        let count = udp_way_takes(first, own_mac)
             .then(|| longest_run(data, offsets, lens, i))
             .flatten()
             .filter(|&(_, _, payload)| payload > MAX_PACKET_PAYLOAD)
@@ -324,6 +333,43 @@ mod tests {
             Default::default(),
             &vec![psn as u8; payload],
         )
+    }
+
+    /// The UDP way takes IPv4 RoCE frames to another host's unicast MAC, nothing else.
+    #[test]
+    fn the_udp_way_takes_ipv4_unicast_to_other_hosts() {
+        let own = [2; 6]; // `build` sends from [2; 6] to [4; 6]
+        let f = frame(1, 256, 7, 2);
+        assert!(udp_way_takes(&f, [9; 6]));
+        assert!(!udp_way_takes(&f, [4; 6]), "to this host's own MAC");
+        assert!(udp_way_takes(&f, own));
+        let mut m = f.clone();
+        m[0] = 0x01; // an IPv4 multicast MAC begins 01:00:5e
+        assert!(!udp_way_takes(&m, own), "multicast");
+        let mut o = f.clone();
+        o[14] = 0x46; // IHL 6: options
+        assert!(!udp_way_takes(&o, own), "IPv4 options");
+        let mut t = f.clone();
+        t[14 + 9] = 6;
+        assert!(!udp_way_takes(&t, own), "not UDP");
+        assert!(
+            !udp_way_takes(&f[..14 + 28 + 15], own),
+            "shorter than BTH and ICRC"
+        );
+        assert!(udp_way_takes(&f[..14 + 28 + 16], own));
+        let v6 = build(
+            IpRepr::V6 {
+                src: std::net::Ipv6Addr::LOCALHOST,
+                dst: std::net::Ipv6Addr::LOCALHOST,
+                traffic_class: 0,
+                flow_label: 0,
+                hop_limit: 64,
+            },
+            BthRepr::new(Opcode::RC_RDMA_WRITE_MIDDLE, 0x11, Psn::new(1)),
+            Default::default(),
+            &[0; 64],
+        );
+        assert!(!udp_way_takes(&v6, own), "IPv6");
     }
 
     /// An IPv4 header from 10.0.0.1 to 10.0.0.`dst` with identification `id`, DF set.

@@ -23,6 +23,10 @@ use super::vnet::VnetHdr;
 use super::{recv_each_batched, send_each_batched, FrameBatch, Link, TxOutcome, MIN_SLOT};
 use ferroce_wire::icrc::HeadPatch;
 
+/// UDP-socket way sockets per IPv4 address (each an ephemeral source port): a QP's frames
+/// take the one its own source port picks, so QPs still spread over several ports.
+pub const UDP_SOCKETS: usize = 8;
+
 /// A real interface: AF_PACKET raw socket plus the UDP port guard.
 #[derive(Debug)]
 pub struct PacketLink {
@@ -43,8 +47,9 @@ pub struct PacketLink {
     gso: GsoState,
     /// Whether super-frames go to the kernel in a linear head or in page fragments.
     layout: LayoutChoice,
-    /// The UDP-socket way's sockets, one per IPv4 address (`FERROCE_GSO=udp`).
-    udp_segment: Vec<UdpSegmentSocket>,
+    /// The UDP-socket way's sockets (`FERROCE_GSO=udp`): [`UDP_SOCKETS`] per IPv4
+    /// address, each group bound to one.
+    udp_segment: Vec<Vec<UdpSegmentSocket>>,
     gso_counters: GsoCounters,
     /// Segments of a super-frame that [`Link::recv`] has not handed out yet.
     pending: Mutex<std::collections::VecDeque<Vec<u8>>>,
@@ -168,8 +173,11 @@ impl PacketLink {
         if super::gso::udp_socket_requested() && !iface.loopback {
             for (addr, _) in &iface.addrs {
                 if let IpAddr::V4(v4) = addr {
-                    match UdpSegmentSocket::open(&iface.name, *v4) {
-                        Ok(u) => udp_segment.push(u),
+                    let group: io::Result<Vec<_>> = (0..UDP_SOCKETS)
+                        .map(|_| UdpSegmentSocket::open(&iface.name, *v4))
+                        .collect();
+                    match group {
+                        Ok(g) => udp_segment.push(g),
                         Err(e) => {
                             tracing::warn!(%addr, error = %e, "no UDP_SEGMENT socket");
                         }
@@ -208,10 +216,15 @@ impl PacketLink {
         self.socket.rings().filter(|r| r.has_tx())
     }
 
-    /// [`Link::send_batch`] the UDP-socket way: runs of frames as super-packets through
-    /// the UDP socket of their source address, the other frames through the packet
-    /// socket, in order. A super-packet the kernel refuses is lost, as on a wire, and
-    /// turns the way off.
+    /// [`Link::send_batch`] the UDP-socket way: every frame it can take (IPv4 to another
+    /// host's unicast address) through the UDP sockets of its source address, runs as
+    /// super-packets and the rest one by one, and the others through the packet socket,
+    /// in order. A QP's frames all go through one socket, picked by the QP's own UDP source
+    /// port, so they share one 5-tuple: an ECMP fabric sends them down one path, in order
+    /// (single packets through the packet socket, with the QP's port, could take another
+    /// path than its runs and overtake them), and different QPs still spread over
+    /// [`UDP_SOCKETS`] source ports. A datagram the kernel refuses is lost, as on a wire,
+    /// and turns the way off.
     fn send_batch_udp(&self, b: &mut FrameBatch) -> io::Result<usize> {
         let n = b.count;
         let m = super::gso::plan_udp(
@@ -224,34 +237,42 @@ impl PacketLink {
         let mut sent = 0;
         let mut r = 0;
         while r < m {
-            let run = b.runs[r];
-            if run.count > 1 {
-                let start = run.first * super::MAX_FRAME;
-                let src = &b.data[start + 14 + 12..start + 14 + 16];
-                let src = std::net::Ipv4Addr::new(src[0], src[1], src[2], src[3]);
-                if let Some(sock) = self.udp_segment.iter().find(|u| u.addr() == src) {
-                    match self.send_run_udp(sock, b, run) {
-                        Ok(true) => {
-                            let c = &self.gso_counters;
-                            c.tx_super.fetch_add(1, Ordering::Relaxed);
-                            c.tx_super_pkts
-                                .fetch_add(run.count as u64, Ordering::Relaxed);
+            if let Some(s) = self.udp_socket_for(b, r) {
+                // The runs after it through the same socket go in the same system call.
+                let mut end = r + 1;
+                while end < m
+                    && end - r < udp_segment::MAX_DATAGRAMS
+                    && self.udp_socket_for(b, end) == Some(s)
+                {
+                    end += 1;
+                }
+                match self.send_runs_udp(&self.udp_segment[s.0][s.1], b, r, end) {
+                    Ok(done) => {
+                        let c = &self.gso_counters;
+                        for run in &b.runs[r..r + done] {
                             sent += run.count;
-                            r += 1;
-                            continue;
+                            if run.count > 1 {
+                                c.tx_super.fetch_add(1, Ordering::Relaxed);
+                                c.tx_super_pkts
+                                    .fetch_add(run.count as u64, Ordering::Relaxed);
+                            }
                         }
-                        Ok(false) => return Ok(sent),
-                        Err(e) => {
-                            self.gso.refused(&e);
+                        if done < end - r {
                             return Ok(sent);
                         }
+                        r = end;
+                        continue;
+                    }
+                    Err(e) => {
+                        self.gso.refused(&e);
+                        return Ok(sent);
                     }
                 }
             }
-            // The frames up to the next run that goes through the UDP socket.
-            let first = run.first;
+            // The frames up to the next run that goes through a UDP socket.
+            let first = b.runs[r].first;
             let mut end = r + 1;
-            while end < m && b.runs[end].count == 1 {
+            while end < m && self.udp_socket_for(b, end).is_none() {
                 end += 1;
             }
             let last = b.runs[end - 1];
@@ -282,48 +303,79 @@ impl PacketLink {
         Ok(sent)
     }
 
-    /// Rewrites the frames of `run` into the segments the kernel will cut the super-packet
-    /// into ([`udp_segment::prepare_segment`]) and sends their payloads through `sock`.
-    fn send_run_udp(
+    /// The UDP socket (address group, index) that sends run `r` of `b`, if one does: runs
+    /// [`super::gso::plan_udp`] joined, and single frames it could have joined (IPv4 to
+    /// another host's unicast MAC), from an address with sockets.
+    fn udp_socket_for(&self, b: &FrameBatch, r: usize) -> Option<(usize, usize)> {
+        let run = b.runs[r];
+        let at = run.first * super::MAX_FRAME;
+        let f = &b.data[at..at + b.lens[run.first]];
+        if run.count == 1 && !super::gso::udp_way_takes(f, self.iface.mac) {
+            return None;
+        }
+        let src = std::net::Ipv4Addr::new(f[26], f[27], f[28], f[29]);
+        let group = self.udp_segment.iter().position(|g| g[0].addr() == src)?;
+        // The QP's own source port picks the socket (RoCE v2 spreads QPs over ports).
+        let port = u16::from_be_bytes([f[34], f[35]]);
+        Some((group, port as usize % self.udp_segment[group].len()))
+    }
+
+    /// Rewrites the frames of runs `r..end` into what the kernel will send for them
+    /// ([`udp_segment::prepare_segment`]: each run's segments numbered from 0, `sock`'s
+    /// port) and sends their payloads through `sock`, a datagram or super-packet per run.
+    /// Returns how many runs the kernel took.
+    fn send_runs_udp(
         &self,
         sock: &UdpSegmentSocket,
         b: &mut FrameBatch,
-        run: super::gso::Run,
-    ) -> io::Result<bool> {
+        r: usize,
+        end: usize,
+    ) -> io::Result<usize> {
         let slot = super::MAX_FRAME;
-        let mut offsets = [0usize; super::gso::MAX_SEGMENTS];
-        // Every segment but the last has the first's length: one patch for them, another
-        // for a shorter last one.
         let einval = || io::Error::from_raw_os_error(libc::EINVAL);
-        let full = HeadPatch::new(b.lens[run.first] - 14).map_err(|_| einval())?;
-        let last_len = b.lens[run.first + run.count - 1] - 14;
-        let last = if last_len == full.len() {
-            full
-        } else {
-            HeadPatch::new(last_len).map_err(|_| einval())?
-        };
-        for (k, offset) in offsets.iter_mut().enumerate().take(run.count) {
-            let at = (run.first + k) * slot;
-            let frame = &mut b.data[at..at + b.lens[run.first + k]];
-            let patch = if frame.len() - 14 == full.len() {
-                &full
-            } else {
-                &last
-            };
-            *offset = udp_segment::prepare_segment(frame, k as u16, sock.port(), patch)
-                .ok_or_else(einval)?;
+        // Each frame's UDP payload offset. The frames of a run but its last have the
+        // first's length: one patch serves them (and consecutive single frames of one
+        // length, such as ACKs).
+        let mut offsets = [0usize; super::af_packet::MAX_BATCH];
+        let mut patch: Option<HeadPatch> = None;
+        for run in &b.runs[r..end] {
+            for k in 0..run.count {
+                let i = run.first + k;
+                let len = b.lens[i] - 14;
+                if patch.as_ref().is_none_or(|p| p.len() != len) {
+                    patch = Some(HeadPatch::new(len).map_err(|_| einval())?);
+                }
+                let frame = &mut b.data[i * slot..i * slot + b.lens[i]];
+                let p = patch.as_ref().expect("set above");
+                offsets[i] = udp_segment::prepare_segment(frame, k as u16, sock.port(), p)
+                    .ok_or_else(einval)?;
+            }
         }
-        let first = run.first * slot;
-        let f = &b.data[first..];
-        let dst = std::net::Ipv4Addr::new(f[30], f[31], f[32], f[33]);
-        let tos = f[15];
-        let segment = (b.lens[run.first] - offsets[0]) as u16;
-        let mut iov = [io::IoSlice::new(&[]); super::gso::MAX_SEGMENTS];
-        for (k, (v, offset)) in iov.iter_mut().zip(offsets).enumerate().take(run.count) {
-            let at = (run.first + k) * slot;
-            *v = io::IoSlice::new(&b.data[at + offset..at + b.lens[run.first + k]]);
+        let mut iov = [io::IoSlice::new(&[]); super::af_packet::MAX_BATCH];
+        let mut at = 0;
+        let mut spans = [(0usize, 0usize); udp_segment::MAX_DATAGRAMS];
+        for (span, run) in spans.iter_mut().zip(&b.runs[r..end]) {
+            *span = (at, run.count);
+            let frames = run.first..run.first + run.count;
+            for (i, (&offset, &len)) in frames
+                .clone()
+                .zip(offsets[frames.clone()].iter().zip(&b.lens[frames]))
+            {
+                iov[at] = io::IoSlice::new(&b.data[i * slot + offset..i * slot + len]);
+                at += 1;
+            }
         }
-        sock.send(dst, tos, segment, &iov[..run.count])
+        let mut datagrams = Vec::with_capacity(end - r);
+        for (&(start, count), run) in spans.iter().zip(&b.runs[r..end]) {
+            let f = &b.data[run.first * slot..];
+            datagrams.push(udp_segment::Datagram {
+                dst: std::net::Ipv4Addr::new(f[30], f[31], f[32], f[33]),
+                tos: f[15],
+                segment: (count > 1).then(|| (b.lens[run.first] - offsets[run.first]) as u16),
+                payload: &iov[start..start + count],
+            });
+        }
+        sock.send_many(&datagrams)
     }
 
     /// Hands a received frame to `f`, or, for a UDP super-frame, each of its segments.

@@ -106,71 +106,104 @@ impl UdpSegmentSocket {
         self.port
     }
 
-    /// Sends the UDP payloads `segments` (each but the last exactly `segment` bytes) to
-    /// `dst`:4791 with TOS `tos`, as one super-packet when there are several. `Ok(false)`
-    /// when the socket buffer is full.
-    pub fn send(
-        &self,
-        dst: Ipv4Addr,
-        tos: u8,
-        segment: u16,
-        segments: &[IoSlice<'_>],
-    ) -> io::Result<bool> {
-        let name = libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: ferroce_wire::ROCE_V2_PORT.to_be(),
-            sin_addr: libc::in_addr {
-                s_addr: u32::from(dst).to_be(),
-            },
-            sin_zero: [0; 8],
-        };
-        // Two control messages: UDP_SEGMENT (u16) and IP_TOS (int), each padded to the
-        // platform's alignment; u64 elements keep the buffer aligned for cmsghdr.
-        let mut control = [0u64; 8];
-        // SAFETY: CMSG_SPACE only computes a size.
-        let space = unsafe {
-            libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32)
-                + libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32)
-        } as usize;
-        assert!(space <= std::mem::size_of_val(&control));
-        // SAFETY: msghdr is plain old data; all-zero is a valid starting value.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_name = (&name as *const libc::sockaddr_in).cast_mut().cast();
-        msg.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-        // IoSlice is guaranteed ABI-compatible with iovec on Unix.
-        msg.msg_iov = segments.as_ptr().cast_mut().cast();
-        msg.msg_iovlen = segments.len();
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = space;
-        // SAFETY: `msg` describes `control`, which has room for both messages (asserted
-        // above); CMSG_FIRSTHDR / CMSG_NXTHDR stay inside it and CMSG_DATA points into
-        // the message each was sized for (a u16, then an int), written unaligned.
-        unsafe {
-            let c = libc::CMSG_FIRSTHDR(&msg);
-            (*c).cmsg_level = libc::SOL_UDP;
-            (*c).cmsg_type = UDP_SEGMENT;
-            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as usize;
-            libc::CMSG_DATA(c).cast::<u16>().write_unaligned(segment);
-            let c = libc::CMSG_NXTHDR(&msg, c);
-            (*c).cmsg_level = libc::IPPROTO_IP;
-            (*c).cmsg_type = libc::IP_TOS;
-            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as usize;
-            libc::CMSG_DATA(c)
-                .cast::<libc::c_int>()
-                .write_unaligned(libc::c_int::from(tos));
+    /// Sends `datagrams` in order with one `sendmmsg`; returns how many the kernel took
+    /// (0 when the socket buffer is full; fewer than all when a later one failed, which the
+    /// next call reports). At most [`MAX_DATAGRAMS`] at a time.
+    pub fn send_many(&self, datagrams: &[Datagram<'_>]) -> io::Result<usize> {
+        let n = datagrams.len().min(MAX_DATAGRAMS);
+        if n == 0 {
+            return Ok(0);
         }
-        // SAFETY: `msg` points to a live sockaddr_in, to the caller's slices (IoSlice is
-        // ABI-compatible with iovec) and to `control`; the kernel only reads them.
-        let ret = unsafe { libc::sendmsg(self.fd.as_raw_fd(), &msg, libc::MSG_DONTWAIT) };
+        // Two control messages at most: UDP_SEGMENT (u16) and IP_TOS (int), each padded to
+        // the platform's alignment; u64 elements keep each buffer aligned for cmsghdr.
+        // SAFETY: CMSG_SPACE only computes a size.
+        let (seg_space, tos_space) = unsafe {
+            (
+                libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) as usize,
+                libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) as usize,
+            )
+        };
+        let mut control = [[0u64; 8]; MAX_DATAGRAMS];
+        assert!(seg_space + tos_space <= std::mem::size_of_val(&control[0]));
+        // SAFETY: sockaddr_in and mmsghdr are plain old data; all-zero is a valid value.
+        let mut names: [libc::sockaddr_in; MAX_DATAGRAMS] = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut msgs: [libc::mmsghdr; MAX_DATAGRAMS] = unsafe { std::mem::zeroed() };
+        for (k, d) in datagrams[..n].iter().enumerate() {
+            names[k] = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: ferroce_wire::ROCE_V2_PORT.to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(d.dst).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            let msg = &mut msgs[k].msg_hdr;
+            msg.msg_name = (&mut names[k] as *mut libc::sockaddr_in).cast();
+            msg.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+            // IoSlice is guaranteed ABI-compatible with iovec on Unix.
+            msg.msg_iov = d.payload.as_ptr().cast_mut().cast();
+            msg.msg_iovlen = d.payload.len();
+            msg.msg_control = control[k].as_mut_ptr().cast();
+            msg.msg_controllen = tos_space + if d.segment.is_some() { seg_space } else { 0 };
+            // SAFETY: `msg` describes `control[k]`, which has room for both messages
+            // (asserted above) and msg_controllen covers the ones written; CMSG_FIRSTHDR
+            // / CMSG_NXTHDR stay inside it and CMSG_DATA points into the message each was
+            // sized for (an int, then a u16), written unaligned.
+            unsafe {
+                let c = libc::CMSG_FIRSTHDR(msg);
+                (*c).cmsg_level = libc::IPPROTO_IP;
+                (*c).cmsg_type = libc::IP_TOS;
+                (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as usize;
+                libc::CMSG_DATA(c)
+                    .cast::<libc::c_int>()
+                    .write_unaligned(libc::c_int::from(d.tos));
+                if let Some(segment) = d.segment {
+                    let c = libc::CMSG_NXTHDR(msg, c);
+                    (*c).cmsg_level = libc::SOL_UDP;
+                    (*c).cmsg_type = UDP_SEGMENT;
+                    (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as usize;
+                    libc::CMSG_DATA(c).cast::<u16>().write_unaligned(segment);
+                }
+            }
+        }
+        // SAFETY: the first `n` headers point to live sockaddr_ins, to the callers' slices
+        // (IoSlice is ABI-compatible with iovec) and to their control buffers; the kernel
+        // only reads those and writes each header's msg_len.
+        let ret = unsafe {
+            libc::sendmmsg(
+                self.fd.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+            )
+        };
         if ret >= 0 {
-            return Ok(true);
+            return Ok(ret as usize);
         }
         let e = io::Error::last_os_error();
         match e.raw_os_error() {
-            Some(libc::EAGAIN | libc::ENOBUFS) => Ok(false),
+            Some(libc::EAGAIN | libc::ENOBUFS) => Ok(0),
             _ => Err(e),
         }
     }
+}
+
+/// The most datagrams [`UdpSegmentSocket::send_many`] sends in one call.
+pub const MAX_DATAGRAMS: usize = 64;
+
+/// One datagram for [`UdpSegmentSocket::send_many`]: its payload to `dst`:4791 with TOS
+/// `tos`, cut by the kernel into segments of `segment` bytes when given (a super-packet).
+#[derive(Debug)]
+pub struct Datagram<'a> {
+    /// Where it goes.
+    pub dst: Ipv4Addr,
+    /// DSCP and ECN.
+    pub tos: u8,
+    /// The segment size of a super-packet; `None` sends one datagram.
+    pub segment: Option<u16>,
+    /// The UDP payload, in pieces.
+    pub payload: &'a [IoSlice<'a>],
 }
 
 /// Rewrites the IPv4 frame `frame` (Ethernet header first, IHL 5, UDP to 4791, a valid

@@ -8,7 +8,8 @@
 #      the peer, none malformed.
 #      The same with FERROCE_GSO=udp at both ends (super-packets through UDP sockets with
 #      UDP_SEGMENT, the kernel building their headers): both say `gso=udp-socket`, the
-#      same counters, no ICRC error.
+#      same counters, no ICRC error, and the client's single packets left through its
+#      UDP sockets too (its namespace's Udp OutDatagrams count them).
 #   2. At MTU 9000 with each super-frame layout fixed at both ends (FERROCE_GSO_LAYOUT=
 #      linear: the whole frame in the kernel's linear head; frags: headers only, payload
 #      in pages): data checked, every super-frame counted as linear (gso_tx_linear ==
@@ -49,6 +50,8 @@ ko() { fail=$((fail + 1)); echo "FAIL $1"; shift; for f in "$@"; do tail -n 6 "$
 # counter FILE NAME: the value of NAME on FILE's "counters:" line (0 when absent).
 counter() { grep -h '^counters:' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -1 | grep . || echo 0; }
 
+# Udp OutDatagrams / InErrors of a namespace (/proc/net/snmp).
+udp_out() { ip netns exec "$1" awk '$1 == "Udp:" && $2 ~ /^[0-9]+$/ { print $5 }' /proc/net/snmp; }
 wait_port() { for _ in $(seq 1 100); do ip netns exec "$1" ss -ltn | grep -q ":$2\b" && return 0; sleep 0.05; done; return 1; }
 
 # run NAME PATH_MTU CLIENT_ENV: rc-ops 64 KiB between the namespaces; PASS if the data
@@ -90,7 +93,9 @@ for mtu in 1500 9000; do
   # The UDP-socket way at both ends: the kernel builds the headers, so every segment's
   # ICRC must have been computed for its identification and the socket's source port.
   n=udp$mtu
+  o0=$(udp_out $A)
   SENV=FERROCE_GSO=udp run "$n" "$([ $mtu = 1500 ] && echo 1024 || echo 4096)" FERROCE_GSO=udp
+  o1=$(udp_out $A)
   c=$out/$n.client s=$out/$n.server
   ctx=$(counter "$c" gso_tx_pkts) srx=$(counter "$s" gso_rx_pkts) stx=$(counter "$s" gso_tx_pkts) crx=$(counter "$c" gso_rx_pkts)
   bad=$(( $(counter "$c" gso_rx_malformed) + $(counter "$s" gso_rx_malformed) + $(counter "$c" rx_icrc_err) + $(counter "$s" rx_icrc_err) ))
@@ -101,6 +106,16 @@ for mtu in 1500 9000; do
     ok "$n: FERROCE_GSO=udp: super-packets through UDP sockets both ways, split by the peer, no ICRC error"
   else
     ko "$n: FERROCE_GSO=udp (bad=$bad)" "$c" "$s"
+  fi
+  # Every frame through the UDP sockets, single packets too (one 5-tuple per QP): the
+  # client namespace's Udp OutDatagrams grew by at least its single packets plus its
+  # super-packets (only the packet socket's frames would not count).
+  singles=$(( $(counter "$c" sent_pkts) - ctx )) supers=$(counter "$c" gso_tx_frames)
+  echo "    client: $singles single packets, $supers super-packets; Udp OutDatagrams +$((o1 - o0))"
+  if [ "$singles" -gt 0 ] && [ $((o1 - o0)) -ge $((singles + supers)) ]; then
+    ok "$n: single packets through the UDP sockets too ($singles singles + $supers super-packets, $((o1 - o0)) UDP datagrams)"
+  else
+    ko "$n: single packets not through the UDP sockets ($singles singles + $supers super-packets, $((o1 - o0)) UDP datagrams)" "$c"
   fi
 done
 
