@@ -86,8 +86,7 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
                         return Err(libc::EADDRINUSE);
                     }
                 }
-                l.retain(|(k, w)| *k != key && w.strong_count() > 0);
-                l.push((key, Arc::downgrade(&sh)));
+                record_listen(&mut l, key, Arc::downgrade(&sh));
                 st.listening.push(d.clone());
             }
         }
@@ -111,6 +110,18 @@ static LISTENERS: PerProcess<(ListenKey, Weak<Shared>)> = PerProcess::new();
 
 fn listeners() -> PerProcessGuard<'static, (ListenKey, Weak<Shared>)> {
     LISTENERS.lock()
+}
+
+/// Records that `w` listens on `key`, in place of the key's previous listener. Only that
+/// key's entry goes: another key's entry whose ID is gone may still be lingering, its port
+/// still listened on in the CM, and its linger thread removes it. Pruning such entries
+/// here (as before) made the next listen on that key miss the take-over and fail with
+/// EADDRINUSE: a wildcard listen covers every device, and pruned the first device's
+/// lingering entry before it came to it (perftest -R's second listen on one port, when
+/// the first ID's threads had already ended: a flaky CI failure).
+fn record_listen(l: &mut Vec<(ListenKey, Weak<Shared>)>, key: ListenKey, w: Weak<Shared>) {
+    l.retain(|(k, _)| *k != key);
+    l.push((key, w));
 }
 
 /// Whether `key` is still listened on for an ID gone within `LINGER` (the new ID takes
@@ -771,4 +782,23 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         drop(b);
         0
     })
+}
+
+#[cfg(test)]
+mod listen_table_tests {
+    use super::*;
+
+    /// A lingering listen on one key survives a listen on another: the next listen on it
+    /// still takes it over instead of asking the CM again (which says EADDRINUSE).
+    #[test]
+    fn a_listen_keeps_other_keys_lingering() {
+        let a: ListenKey = ("vethP".into(), false, 18602);
+        let b: ListenKey = ("lo".into(), false, 18602);
+        // Both IDs gone, their threads ended: dead weak references, ports lingering.
+        let mut l = vec![(a.clone(), Weak::new()), (b.clone(), Weak::new())];
+        assert!(take_over(&mut l, &a) && take_over(&mut l, &b));
+        record_listen(&mut l, a.clone(), Weak::new());
+        assert!(take_over(&mut l, &b), "b's lingering listen was dropped");
+        assert_eq!(l.iter().filter(|(k, _)| *k == a).count(), 1);
+    }
 }
