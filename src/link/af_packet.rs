@@ -63,6 +63,14 @@ fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
+/// Asks for a [`SOCKET_BUFFER`] buffer: through `force` (past net.core.[rw]mem_max, with
+/// CAP_NET_ADMIN), else through `plain` (capped there); best effort.
+pub(super) fn set_buffer(fd: RawFd, force: libc::c_int, plain: libc::c_int) {
+    if setsockopt(fd, libc::SOL_SOCKET, force, &SOCKET_BUFFER).is_err() {
+        let _ = setsockopt(fd, libc::SOL_SOCKET, plain, &SOCKET_BUFFER);
+    }
+}
+
 pub(super) fn setsockopt<T>(
     fd: RawFd,
     level: libc::c_int,
@@ -131,14 +139,8 @@ impl RawSocket {
         // 128 of them (or a 4 MiB READ response) in flight. SO_RCVBUF is capped at
         // net.core.rmem_max (often 208 KiB, ~190 frames); with CAP_NET_ADMIN the FORCE
         // variants are not.
-        for (force, plain, size) in [
-            (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, SOCKET_BUFFER),
-            (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, SOCKET_BUFFER),
-        ] {
-            if setsockopt(raw, libc::SOL_SOCKET, force, &size).is_err() {
-                let _ = setsockopt(raw, libc::SOL_SOCKET, plain, &size);
-            }
-        }
+        set_buffer(raw, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF);
+        set_buffer(raw, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
 
         // Before the rings, which fix the frame layout. A frame too large for a ring frame
         // is queued whole on the socket (the ring slot says TP_STATUS_COPY).

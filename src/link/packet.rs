@@ -234,16 +234,18 @@ impl PacketLink {
             self.iface.mac,
             &mut b.runs,
         );
+        // Each run's socket, found once.
+        let mut socks = [None; super::af_packet::MAX_BATCH];
+        for (r, s) in socks.iter_mut().enumerate().take(m) {
+            *s = self.udp_socket_for(b, r);
+        }
         let mut sent = 0;
         let mut r = 0;
         while r < m {
-            if let Some(s) = self.udp_socket_for(b, r) {
+            if let Some(s) = socks[r] {
                 // The runs after it through the same socket go in the same system call.
                 let mut end = r + 1;
-                while end < m
-                    && end - r < udp_segment::MAX_DATAGRAMS
-                    && self.udp_socket_for(b, end) == Some(s)
-                {
+                while end < m && end - r < udp_segment::MAX_DATAGRAMS && socks[end] == Some(s) {
                     end += 1;
                 }
                 match self.send_runs_udp(&self.udp_segment[s.0][s.1], b, r, end) {
@@ -272,7 +274,7 @@ impl PacketLink {
             // The frames up to the next run that goes through a UDP socket.
             let first = b.runs[r].first;
             let mut end = r + 1;
-            while end < m && self.udp_socket_for(b, end).is_none() {
+            while end < m && socks[end].is_none() {
                 end += 1;
             }
             let last = b.runs[end - 1];

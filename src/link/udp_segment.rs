@@ -73,22 +73,7 @@ impl UdpSegmentSocket {
         // (net.core.wmem_default, about 208 KiB) holds only a few of 64 KiB. A full buffer refuses
         // the send, and the frames refused are lost and retransmitted: in the VM this lost
         // one frame in about 500 of a 64 KiB WRITE stream in some runs.
-        let size = super::af_packet::SOCKET_BUFFER;
-        if super::af_packet::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUFFORCE,
-            &size,
-        )
-        .is_err()
-        {
-            let _ = super::af_packet::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_SNDBUF,
-                &size,
-            );
-        }
+        super::af_packet::set_buffer(fd.as_raw_fd(), libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
         bind(&fd, &SocketAddr::V4(SocketAddrV4::new(addr, 0)))?;
         let port = SocketAddr::try_from(rustix::net::getsockname(&fd)?)
             .map_err(|_| io::Error::other("UDP socket has no IP address"))?
