@@ -88,6 +88,13 @@ pub struct Transmit {
     pub qpn: u32,
     /// The destination QP (from the BTH).
     pub dst_qpn: u32,
+    /// How many times in a row the peer went silent over what this packet repeats: 0 for
+    /// a packet sent for the first time, or again after a NAK (which names its loss); n
+    /// for a request sent after n local ACK timeouts with no progress between, or for a
+    /// response of the nth replay of one READ. A link that joins packets into
+    /// super-packets may take silences in a row as a sign that the path or the peer does
+    /// not take them whole (a receiver that cannot split them loses each one entire).
+    pub silences: u8,
 }
 
 /// A RoCE v2 device in user space, without I/O.
@@ -1092,6 +1099,7 @@ impl Endpoint {
             ecn,
             qpn,
             dst_qpn: u32::from_be_bytes([0, buf[hl + 5], buf[hl + 6], buf[hl + 7]]),
+            silences: m.silences,
         })
     }
 

@@ -88,6 +88,10 @@ pub struct SimStats {
     pub reordered: u64,
     pub tapped_out: u64,
     pub unroutable: u64,
+    /// Datagrams sent after a silence ([`crate::Transmit::silences`] above 0), and the
+    /// most silences in a row any of them followed.
+    pub repeats: u64,
+    pub most_silences: u8,
 }
 
 /// Where a datagram in flight is going next.
@@ -311,6 +315,8 @@ impl Sim {
         for from in 0..self.nodes.len() {
             while let Some(t) = self.nodes[from].poll_transmit(self.now, &mut self.buf) {
                 self.stats.sent += 1;
+                self.stats.repeats += u64::from(t.silences > 0);
+                self.stats.most_silences = self.stats.most_silences.max(t.silences);
                 let dst = match t.dst {
                     core::net::IpAddr::V4(a) => a.to_ipv6_mapped(),
                     core::net::IpAddr::V6(a) => a,

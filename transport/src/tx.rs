@@ -25,6 +25,8 @@ pub(crate) struct TxMeta {
     pub ecn: Option<u8>,
     /// The packet counts against the QP's DCQCN pacer (requests, READ responses).
     pub paced: bool,
+    /// Silences in a row over what this packet repeats ([`crate::Transmit::silences`]).
+    pub silences: u8,
 }
 
 /// Bytes of IP plus UDP header toward `dst`.

@@ -184,6 +184,55 @@ fn psn_sequence_error_recovers_with_one_nak() {
     assert_eq!(cb.naks_sent, 1, "one NAK per gap");
     assert_eq!(ca.rcvd_seq_err, 1);
     assert_eq!(ca.retransmitted_pkts, 3);
+    // A NAK names the loss: its resends follow no silence (`Transmit::silences`, which
+    // tells a link that the peer may not take its super-packets).
+    assert_eq!(sim.stats.repeats, 0);
+}
+
+#[test]
+fn requests_after_ack_timeouts_count_the_silences_until_progress() {
+    let mut sim = Sim::new(24, 2, false);
+    let o = QpOpts {
+        timeout: 4,
+        ..small_mtu()
+    };
+    let (a, b) = connect(&mut sim, 0, 1, &o);
+    let data = pattern(6, 1024);
+    let src = mr(&mut sim, a, data.clone());
+    let dst = mr(&mut sim, b, vec![0; 2048]);
+    post_recv(&mut sim, b, 1, vec![sge(&dst, 0, 1024)]);
+    post_recv(&mut sim, b, 2, vec![sge(&dst, 1024, 1024)]);
+    // Everything A sends is lost until its ACK timer fires twice (a peer that loses
+    // every super-packet whole, and says nothing).
+    let lossy = Faults {
+        loss: 1.0,
+        ..Faults::default()
+    };
+    sim.set_faults(0, 1, lossy);
+    let send = |id| send_wr(id, WrOpcode::Send, vec![sge(&src, 0, 1024)]);
+    sim.nodes[0].post_send(sim.now, a.qpn, &send(1)).unwrap();
+    sim.run_until(Duration::from_millis(10), |s| {
+        s.nodes[0].counters().ack_timeouts >= 2
+    });
+    let sent = sim.stats.sent;
+    // (The second timeout has fired; its resends are not out yet.)
+    assert_eq!(sent, 8, "4 packets, then again after the first timeout");
+    assert_eq!(
+        sim.stats.repeats, 4,
+        "those after the timeout, not the first 4"
+    );
+    assert_eq!(sim.stats.most_silences, 1);
+    sim.set_faults(0, 1, Faults::default());
+    assert_ok(&wait_wcs(&mut sim, a, 1));
+    let repeats = sim.stats.repeats;
+    assert!(repeats >= 8, "the resends after the second timeout");
+    assert_eq!(sim.stats.most_silences, 2, "two timeouts in a row");
+    // Progress clears it: the next message goes out as new.
+    sim.nodes[0].post_send(sim.now, a.qpn, &send(2)).unwrap();
+    assert_ok(&wait_wcs(&mut sim, a, 1));
+    assert_ok(&wait_wcs(&mut sim, b, 2));
+    assert_eq!(sim.stats.repeats, repeats);
+    assert_eq!(sim.nodes[1].mr_bytes(dst.lkey).unwrap()[1024..], data[..]);
 }
 
 #[test]
@@ -348,6 +397,15 @@ fn duplicate_read_is_re_executed_from_the_gap() {
         sim.nodes[1].counters().duplicate_request >= 1,
         "the resent READ is a duplicate"
     );
+    // The replayed responses follow a silence (`Transmit::silences`: their first sending
+    // was lost; the requester's READ after a sequence error is not): 8 packets in all, the
+    // first not replayed; one replay.
+    assert!(
+        (1..=7).contains(&sim.stats.repeats),
+        "{}",
+        sim.stats.repeats
+    );
+    assert_eq!(sim.stats.most_silences, 1);
     assert_eq!(
         sim.nodes[1].counters().rdma_recvs,
         1,

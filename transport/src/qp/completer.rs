@@ -28,6 +28,9 @@ pub(crate) struct Completer {
     /// A retry from `oldest_unacked_psn` is under way: later NAKs and gaps for it are
     /// ignored, so one loss causes one retry.
     started_retry: bool,
+    /// Local ACK timeouts since the last progress: what the requester sends now repeats
+    /// packets the peer lost without a NAK ([`crate::Transmit::silences`]).
+    timeouts_in_a_row: u8,
     /// How far the send window is below the whole one ([`Qp::full_window`]; 0: the
     /// whole window). Each go-back-N retry halves the window, down to
     /// [`MIN_SEND_WINDOW`]; every newly acknowledged packet takes one back. Go-back-N
@@ -52,10 +55,16 @@ impl Completer {
         self.window_mark = psn;
     }
 
+    /// Local ACK timeouts since the last progress.
+    pub(super) fn timeouts_in_a_row(&self) -> u8 {
+        self.timeouts_in_a_row
+    }
+
     /// After a flush: acknowledged up to `psn`, no retry under way, the whole window.
     pub(super) fn restart_at(&mut self, psn: Psn) {
         self.set_oldest_unacked_psn(psn);
         self.started_retry = false;
+        self.timeouts_in_a_row = 0;
         self.window_cut = 0;
     }
 
@@ -119,6 +128,7 @@ impl Qp {
         self.comp.retry_left = self.attr.retry_cnt;
         self.comp.rnr_left = self.attr.rnr_retry;
         self.comp.started_retry = false;
+        self.comp.timeouts_in_a_row = 0;
         self.comp.grow_window();
         let deadline = if self.outstanding() {
             ack_timeout(self.attr.timeout).map(|t| ctx.now + t)
@@ -412,6 +422,7 @@ impl Qp {
         }
         ctx.counters.ack_timeouts += 1;
         tracing::debug!(qpn = self.qpn, psn = %self.comp.oldest_unacked_psn, "local ACK timeout");
+        self.comp.timeouts_in_a_row = self.comp.timeouts_in_a_row.saturating_add(1);
         self.start_retry(ctx, RetryReason::Timeout);
     }
 }

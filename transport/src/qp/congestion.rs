@@ -215,6 +215,7 @@ impl Qp {
             ib_len,
             ecn: Some(ECN_NOT_ECT),
             paced: false,
+            silences: 0,
         })
     }
 }

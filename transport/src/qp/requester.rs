@@ -157,6 +157,7 @@ impl Qp {
             ib_len,
             ecn: None,
             paced: true,
+            silences: self.comp.timeouts_in_a_row(),
         })
     }
 

@@ -297,6 +297,7 @@ impl Qp {
             next: 0,
             pending: true,
             replay: false,
+            replays: 0,
             age,
         });
         self.push_resp(ctx, RespOut::Read { res: slot });

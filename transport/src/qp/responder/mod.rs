@@ -195,6 +195,8 @@ struct ReadRes {
     pending: bool,
     /// The stream answers a duplicate (a retry), not the original request.
     replay: bool,
+    /// Replays of this READ so far ([`crate::Transmit::silences`]).
+    replays: u8,
     age: u64,
 }
 
@@ -422,6 +424,7 @@ impl Qp {
             r.next = 0;
             r.pending = true;
             r.replay = true;
+            r.replays = r.replays.saturating_add(1);
         }
         if !self.resp.out.contains(&RespOut::Read { res: i }) {
             self.push_resp(ctx, RespOut::Read { res: i });

@@ -43,6 +43,8 @@ impl Qp {
             credits: self.credits(),
         };
         let out = buf.get_mut(hl..)?;
+        // A replayed READ stream answers a repeated request: its sending before was lost.
+        let mut silences = 0;
         let ib_len = match item {
             RespOut::Ack { psn, syndrome } => {
                 self.resp.out.pop_front();
@@ -75,6 +77,7 @@ impl Qp {
                     return self.responder_tx(ctx, gids, buf, allow_paced);
                 };
                 let (va, rkey, len) = (r.cur_va, r.rkey, r.cur_len);
+                silences = r.replays;
                 let next_psn = r.next_psn();
                 let mtu = self.mtu();
                 let n = packets(len, mtu);
@@ -134,6 +137,7 @@ impl Qp {
             ib_len,
             ecn: None,
             paced,
+            silences,
         })
     }
 }
