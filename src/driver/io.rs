@@ -381,6 +381,11 @@ impl Framer<'_> {
     ) -> Option<usize> {
         let io = &self.shared.io;
         let t = ep.poll_transmit(self.now, &mut slot[14..])?;
+        if t.silences > 0 {
+            // Its peer lost what went before without a word: perhaps super-frames it
+            // cannot split (the link may send to it packet by packet for a while).
+            io.link.resending_to(t.dst, t.silences);
+        }
         // To this host: frames for this process's own QPs go straight back to the
         // transport; those for another process's go to the interface's own MAC
         // address, where its socket sees them go out (or, on lo, come back in).

@@ -34,14 +34,15 @@ pub struct Run {
 
 /// Groups the frames of a batch — frame `i` is `data[offsets[i]..][..lens[i]]`, of which
 /// only the headers are read — into runs
-/// written to `out` (which has room for `lens.len()`), returns how many. With `join`
-/// false every frame is a run of its own. Each run of more than one frame has its first
+/// written to `out` (which has room for `lens.len()`), returns how many. A run starts only
+/// at a frame `join` says may head one (false for every frame: each is a run of its own;
+/// see [`super::join_pause`]). Each run of more than one frame has its first
 /// frame's headers rewritten in place into the super-frame's.
 pub fn plan(
     data: &mut [u8],
     offsets: &[usize],
     lens: &[usize],
-    join: bool,
+    join: &dyn Fn(&[u8]) -> bool,
     out: &mut [Run],
 ) -> usize {
     let mut runs = 0;
@@ -53,7 +54,7 @@ pub fn plan(
             vnet: VnetHdr::NONE,
             skip: 0,
         };
-        if join {
+        if join(&data[offsets[i]..][..lens[i]]) {
             if let Some((count, vnet, skip)) = join_from(data, offsets, lens, i) {
                 run = Run {
                     first: i,
@@ -152,19 +153,21 @@ pub fn udp_way_takes(frame: &[u8], own_mac: [u8; 6]) -> bool {
 /// (the kernel builds the super-packet's). Runs of one frame go through the packet
 /// socket, and so do runs no longer than a single RoCE packet can be: a peer on a kernel
 /// before 6.2 gets the super-packet whole on a veth with nothing saying it is one, and
-/// tells it by its length ([`split_received`]).
+/// tells it by its length ([`split_received`]). As with [`plan`], a run starts only at a
+/// frame `join` says may head one.
 pub fn plan_udp(
     data: &[u8],
     offsets: &[usize],
     lens: &[usize],
     own_mac: [u8; 6],
+    join: &dyn Fn(&[u8]) -> bool,
     out: &mut [Run],
 ) -> usize {
     let mut runs = 0;
     let mut i = 0;
     while i < lens.len() {
         let first = &data[offsets[i]..][..lens[i]];
-        let count = udp_way_takes(first, own_mac)
+        let count = (udp_way_takes(first, own_mac) && join(first))
             .then(|| longest_run(data, offsets, lens, i))
             .flatten()
             .filter(|&(_, _, payload)| payload > MAX_PACKET_PAYLOAD)
@@ -433,7 +436,7 @@ mod tests {
         ];
         let (mut data, lens) = batch(&frames);
         let mut runs = [Run::default(); 6];
-        let n = plan(&mut data, &slots(lens.len()), &lens, true, &mut runs);
+        let n = plan(&mut data, &slots(lens.len()), &lens, &|_| true, &mut runs);
         let shape: Vec<(usize, usize)> = runs[..n].iter().map(|r| (r.first, r.count)).collect();
         assert_eq!(shape, [(0, 3), (3, 1), (4, 1), (5, 1)]);
         assert_eq!(runs[0].vnet.udp_segment_size(), Some(lens[0] - 42));
@@ -468,11 +471,36 @@ mod tests {
         let (mut data, lens) = batch(&frames);
         let mut runs = [Run::default(); 8];
         // Frames to this host's own MAC (another process here) never take the UDP way.
-        let n = plan_udp(&data, &slots(lens.len()), &lens, [4; 6], &mut runs);
+        let n = plan_udp(
+            &data,
+            &slots(lens.len()),
+            &lens,
+            [4; 6],
+            &|_| true,
+            &mut runs,
+        );
         assert!(runs[..n].iter().all(|r| r.count == 1), "{:?}", &runs[..n]);
-        let n = plan_udp(&data, &slots(lens.len()), &lens, [9; 6], &mut runs);
+        let n = plan_udp(
+            &data,
+            &slots(lens.len()),
+            &lens,
+            [9; 6],
+            &|_| true,
+            &mut runs,
+        );
         let shape: Vec<(usize, usize)> = runs[..n].iter().map(|r| (r.first, r.count)).collect();
         assert_eq!(shape, [(0, 5), (5, 1), (6, 1), (7, 1)]);
+        // Toward a destination whose joining is paused (`join_pause`), every frame alone.
+        let mut alone = [Run::default(); 8];
+        let n = plan_udp(
+            &data,
+            &slots(lens.len()),
+            &lens,
+            [9; 6],
+            &|_| false,
+            &mut alone,
+        );
+        assert!(alone[..n].iter().all(|r| r.count == 1) && n == 8);
         // Nothing rewritten by planning.
         assert_eq!(&data[..lens[0]], &frames[0][..]);
 
@@ -585,7 +613,7 @@ mod tests {
         ];
         let (mut data, lens) = batch(&frames);
         let mut runs = [Run::default(); 4];
-        let n = plan(&mut data, &slots(lens.len()), &lens, true, &mut runs);
+        let n = plan(&mut data, &slots(lens.len()), &lens, &|_| true, &mut runs);
         let shape: Vec<(usize, usize)> = runs[..n].iter().map(|r| (r.first, r.count)).collect();
         assert_eq!(shape, [(0, 1), (1, 3)]);
     }
@@ -597,7 +625,7 @@ mod tests {
         let before = data.clone();
         let mut runs = [Run::default(); 2];
         assert_eq!(
-            plan(&mut data, &slots(lens.len()), &lens, false, &mut runs),
+            plan(&mut data, &slots(lens.len()), &lens, &|_| false, &mut runs),
             2
         );
         assert_eq!(data, before);
@@ -612,7 +640,7 @@ mod tests {
         }
         let lens: Vec<usize> = frames.iter().map(Vec::len).collect();
         let mut runs = [Run::default(); 70];
-        let n = plan(&mut data, &slots(lens.len()), &lens, true, &mut runs);
+        let n = plan(&mut data, &slots(lens.len()), &lens, &|_| true, &mut runs);
         let seg = lens[0] - 42;
         assert!(runs[..n].iter().all(|r| 28 + r.count * seg <= 65535));
         assert_eq!(runs[..n].iter().map(|r| r.count).sum::<usize>(), 70);

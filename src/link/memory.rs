@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use super::eventfd::EventFd;
 use super::gso;
+use super::join_pause::JoinPauses;
 use super::vnet::VnetHdr;
 use super::{FrameBatch, Link};
 
@@ -22,6 +23,8 @@ pub struct MemoryLink {
     peer: Arc<Inbox>,
     /// Super-frame mode: what happens to each super-frame this end sends.
     gso: Option<Mutex<SuperWire>>,
+    /// Destinations frames are not joined toward for now (as on the packet link).
+    pauses: JoinPauses,
 }
 
 struct Inbox {
@@ -73,12 +76,14 @@ impl MemoryLink {
                 inbox: ia.clone(),
                 peer: ib.clone(),
                 gso: None,
+                pauses: JoinPauses::default(),
             },
             MemoryLink {
                 mac: mac_b,
                 inbox: ib,
                 peer: ia,
                 gso: None,
+                pauses: JoinPauses::default(),
             },
         ))
     }
@@ -126,7 +131,17 @@ impl Link for MemoryLink {
             return Vec::new();
         };
         let w = wire.lock().expect("wire lock");
-        vec![("gso_tx_frames", w.sent), ("gso_tx_pkts", w.sent_pkts)]
+        vec![
+            ("gso_tx_frames", w.sent),
+            ("gso_tx_pkts", w.sent_pkts),
+            ("gso_peer_pauses", self.pauses.started()),
+        ]
+    }
+    fn resending_to(&self, dst: std::net::IpAddr, silences: u8) {
+        if self.gso.is_some() {
+            self.pauses
+                .resending_to(dst, silences, std::time::Instant::now());
+        }
     }
     fn send(&self, frame: &[u8]) -> io::Result<bool> {
         self.push(frame.to_vec(), VnetHdr::NONE);
@@ -157,11 +172,12 @@ impl Link for MemoryLink {
         let mut wire = wire.lock().expect("wire lock");
         let w = &mut *wire;
         let n = batch.len();
+        let join = self.pauses.joinable();
         let m = gso::plan(
             &mut batch.data,
             &batch.offsets[..n],
             &batch.lens[..n],
-            true,
+            &join,
             &mut batch.runs,
         );
         for r in &batch.runs[..m] {

@@ -24,6 +24,7 @@ pub mod eventfd;
 pub mod gso;
 pub mod gso_layout;
 pub mod interface;
+pub mod join_pause;
 mod memory;
 mod multicast;
 pub mod oper_state;
@@ -109,6 +110,11 @@ pub trait Link: Send + Sync + 'static {
     fn details(&self) -> Vec<(&'static str, String)> {
         Vec::new()
     }
+    /// The transport resends to `dst` what its peer lost without a word, after `silences`
+    /// in a row (ACK timeouts, a READ asked for again): a link that joins frames into
+    /// super-frames may stop joining toward `dst` for a while, in case the peer cannot
+    /// split them ([`join_pause`]).
+    fn resending_to(&self, _dst: IpAddr, _silences: u8) {}
     /// How many processes and QPs use the link's interface, if it is shared.
     fn users(&self) -> Option<LinkUsers> {
         None

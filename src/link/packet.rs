@@ -13,6 +13,7 @@ use super::bpf::{roce_filter, FilterSpec, Groups};
 use super::gso::{GsoOff, GsoState, Received, Run};
 use super::gso_layout::{self, Layout, LayoutChoice};
 use super::interface::Interface;
+use super::join_pause::JoinPauses;
 use super::multicast::multicast_mac;
 use super::oper_state::OperState;
 use super::packet_ring::Rings;
@@ -51,6 +52,8 @@ pub struct PacketLink {
     /// address, each group bound to one.
     udp_segment: Vec<Vec<UdpSegmentSocket>>,
     gso_counters: GsoCounters,
+    /// Destinations frames are not joined toward for now (peers that lost them whole).
+    pauses: JoinPauses,
     /// Segments of a super-frame that [`Link::recv`] has not handed out yet.
     pending: Mutex<std::collections::VecDeque<Vec<u8>>>,
     /// Set once [`Link::serve_same_host`] has run: the socket takes in the frames other
@@ -191,6 +194,7 @@ impl PacketLink {
             layout: LayoutChoice::new(gso_layout::fixed_layout()),
             udp_segment,
             gso_counters: GsoCounters::default(),
+            pauses: JoinPauses::default(),
             pending: Mutex::default(),
             oper,
             iface,
@@ -227,11 +231,13 @@ impl PacketLink {
     /// and turns the way off.
     fn send_batch_udp(&self, b: &mut FrameBatch) -> io::Result<usize> {
         let n = b.count;
+        let join = self.pauses.joinable();
         let m = super::gso::plan_udp(
             &b.data,
             &b.offsets[..n],
             &b.lens[..n],
             self.iface.mac,
+            &join,
             &mut b.runs,
         );
         // Each run's socket, found once.
@@ -651,7 +657,14 @@ impl Link for PacketLink {
         }
         let join = self.gso.on();
         let mut runs = std::mem::take(&mut b.runs);
-        let m = super::gso::plan(&mut b.data, &b.offsets[..n], &b.lens[..n], join, &mut runs);
+        let may = self.pauses.joinable();
+        let m = super::gso::plan(
+            &mut b.data,
+            &b.offsets[..n],
+            &b.lens[..n],
+            &|f| join && may(f),
+            &mut runs,
+        );
         // A packed batch's runs now lie end to end (`skip` is at least the headers).
         b.restore_runs(&runs[..m]);
         let layout = if join {
@@ -772,7 +785,14 @@ impl Link for PacketLink {
             ("gso_rx_frames", get(&c.rx_super)),
             ("gso_rx_pkts", get(&c.rx_super_pkts)),
             ("gso_rx_malformed", get(&c.rx_super_err)),
+            ("gso_peer_pauses", self.pauses.started()),
         ]
+    }
+    fn resending_to(&self, dst: IpAddr, silences: u8) {
+        if self.gso.off().is_none() {
+            self.pauses
+                .resending_to(dst, silences, std::time::Instant::now());
+        }
     }
     fn rx_drops(&self) -> u64 {
         let new = self.socket.take_drops().unwrap_or(0);

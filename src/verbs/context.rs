@@ -400,8 +400,10 @@ mod tests {
                     4 => Fate::Duplicate,
                     6 => Fate::Hold,
                     9 => {
-                        let mid = f.len() / 2;
-                        f[mid] ^= 0xff;
+                        // In the last segment's ICRC: a flip in the middle could land in
+                        // a field the ICRC masks (a super-frame of two ACKs is 82 bytes).
+                        let at = f.len() - 2;
+                        f[at] ^= 0xff;
                         Fate::Deliver
                     }
                     _ => Fate::Deliver,
@@ -469,6 +471,65 @@ mod tests {
         }
         assert!(counter(&a, "retransmitted_pkts") > 0);
         assert!(counter(&b, "duplicate_request") > 0);
+    }
+
+    /// A peer that loses every super-frame whole (one that cannot split them: a packet
+    /// socket without a receive ring sized for them, an older ferroce, a stack reading at
+    /// most an MTU per frame) still gets every byte: after a silence (an ACK timeout, a
+    /// READ asked for again) its sender stops joining toward it for a while
+    /// (`gso_peer_pauses`). Before, WRITEs ended in retry-exceeded: each resend was joined
+    /// and lost again.
+    #[test]
+    fn a_peer_that_loses_every_super_frame_gets_single_packets() {
+        use crate::link::{Fate, SuperFault};
+        let lose = || -> SuperFault { Box::new(|_, _: &mut Vec<u8>| Fate::Drop) };
+        let (a, b) = Context::memory_gso_pair(lose(), lose()).unwrap();
+        let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+        let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+        let len = 256 << 10;
+        let mr_a = pd_a.reg_mr(2 * len, Access::LOCAL_WRITE).unwrap();
+        let mr_b = pd_b
+            .reg_mr(
+                len,
+                Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+            )
+            .unwrap();
+        let (qp_a, _qp_b) = connected_rc((&a, &pd_a, &cq_a), (&b, &pd_b, &cq_b));
+        let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 1000) as u8).collect();
+        mr_a.write(0, &data).unwrap();
+        let msg = 64 << 10;
+        let wait = |what: &str, n: usize| {
+            for k in 0..n {
+                let wc = cq_a.wait_one(Duration::from_secs(30)).expect(what);
+                assert_eq!(
+                    (wc.wr_id, wc.status),
+                    (k as u64, WcStatus::Success),
+                    "{what}"
+                );
+            }
+        };
+        for k in 0..len / msg {
+            let w = wr::rdma_write(
+                k as u64,
+                mr_a.sge(k * msg, msg),
+                mr_b.addr() + (k * msg) as u64,
+                mr_b.rkey(),
+            );
+            qp_a.post_send(&w).unwrap();
+        }
+        wait("write completion", len / msg);
+        assert!(mr_b.to_vec() == data, "written data differs");
+        // The writer paused; the reader had not sent a super-frame yet.
+        assert!(counter(&a, "gso_peer_pauses") >= 1);
+        assert_eq!(counter(&b, "gso_peer_pauses"), 0);
+        // READ responses: the responder hears the READ again (a replay) and pauses.
+        let r = wr::rdma_read(0, mr_a.sge(len, len), mr_b.addr(), mr_b.rkey());
+        qp_a.post_send(&r).unwrap();
+        wait("read completion", 1);
+        assert!(mr_a.to_vec()[len..] == data[..], "read data differs");
+        assert!(counter(&b, "gso_peer_pauses") >= 1);
+        // Super-frames did leave (and were all lost) before each pause.
+        assert!(counter(&a, "gso_tx_frames") > 0 && counter(&b, "gso_tx_frames") > 0);
     }
 
     /// On a link that joins frames, 4 KiB WRITEs at MTU 1024 go as equal WRITE ONLY

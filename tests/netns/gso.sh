@@ -23,6 +23,9 @@
 #   4. The same with FERROCE_GSO=0 at the client: it says why GSO is off, splits no
 #      WRITE, sends no super-frame, the server receives none (the counters are the path's,
 #      not constants); the server still sends them and the client still splits them.
+#   5. A peer that loses every super-frame whole (FERROCE_PACKET_RINGS=none), as server
+#      and as client, and through both ways of sending them: rc-ops completes, the
+#      joining end paused joining toward it (gso_peer_pauses >= 1).
 #   tests/netns/gso.sh [FERROCE_BINARY]      (needs root: namespaces, veth; Linux >= 6.2)
 # Prints PASS/FAIL lines and "gso: N passed, M failed"; exit 0 iff all pass.
 set -u
@@ -193,5 +196,32 @@ if grep -q '^link: .* gso=off (FERROCE_GSO=0)$' "$c" && ! grep -q '^writes: spli
 else
   ko "FERROCE_GSO=0 at the client" "$c" "$s"
 fi
+# A peer that cannot split super-frames loses each one whole: FERROCE_PACKET_RINGS=none
+# reads frames of at most an MTU (and joins nothing itself). The joining end hears only
+# silence (ACK timeouts, a READ asked for again) and must send to that peer packet by
+# packet for a while (gso_peer_pauses), so every operation still completes; before, each
+# resend was joined and lost again until retry-exceeded. Both ways of sending
+# super-packets, the ringless peer as server (WRITE/SEND data lost) and as client (READ
+# responses lost).
+ringless() {  # NAME WHO(server|client) JOINER_ENV
+  local n=$1 who=$2 joiner=$3 j p
+  if [ "$who" = server ]; then
+    SENV="FERROCE_GSO=1 FERROCE_PACKET_RINGS=none" run "$n" 4096 $joiner; j=$out/$n.client p=$out/$n.server
+  else
+    SENV="$joiner" run "$n" 4096 FERROCE_GSO=1 FERROCE_PACKET_RINGS=none; j=$out/$n.server p=$out/$n.client
+  fi
+  local pauses frames
+  pauses=$(counter "$j" gso_peer_pauses) frames=$(counter "$j" gso_tx_frames)
+  echo "    the joining end sent $frames super-frames and paused joining $pauses times"
+  if grep -q 'verified in' "$out/$n.client" && [ "$pauses" -ge 1 ] && [ "$frames" -gt 0 ] &&
+    [ "$(counter "$p" gso_rx_frames)" = 0 ]; then
+    ok "$n: a ringless $who lost every super-frame, got single packets after each silence ($pauses pauses)"
+  else
+    ko "$n: ringless $who ($pauses pauses, $frames super-frames)" "$out/$n.client" "$out/$n.server"
+  fi
+}
+ringless ringless-server server FERROCE_GSO=1
+ringless ringless-client client FERROCE_GSO=1
+ringless ringless-server-udp server FERROCE_GSO=udp
 echo "gso: $pass passed, $fail failed"
 [ $fail = 0 ]
