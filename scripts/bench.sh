@@ -6,7 +6,9 @@
 #
 #   vm    inside the rxe VM (tests/interop/rxe-vm; TCG when there is no KVM, so the
 #         figures are emulated), on one veth pair: rxe <-> rxe (perftest), ferroce <-> rxe
-#         (also with FERROCE_GSO=udp: "(udp)<->rxe"), ferroce <-> ferroce, TCP (iperf3);
+#         packet by packet (FERROCE_GSO=1) and with super-packets through UDP sockets
+#         (FERROCE_GSO=udp, Linux 6.1's default: "(udp)<->rxe"), ferroce <-> ferroce the
+#         same two ways, TCP (iperf3);
 #         for each veth MTU in $MTUS (default "1500 9000": RoCE MTU 1024 and 4096).
 #         (scripts/bench/guest.sh; the measuring functions, shared with the host part, are
 #         in scripts/bench/lib.sh)

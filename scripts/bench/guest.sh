@@ -2,9 +2,10 @@
 # Guest side of scripts/bench.sh: inside the rxe VM, on one veth pair vethA/vethB, measures
 #   rxe <-> rxe           perftest on rxeA/rxeB (both in the initial namespace, policy routing)
 #   ferroce <-> rxe       ferroce on vethA (moved into netns "fa") against perftest on rxeB,
-#                         also with FERROCE_GSO=udp (UDP_SEGMENT super-packets)
-#   ferroce <-> ferroce   ferroce on vethA (netns fa) and on vethB (rxe removed), also
-#                         with FERROCE_GSO=udp at both ends
+#                         packet by packet (FERROCE_GSO=1) and with FERROCE_GSO=udp
+#                         (UDP_SEGMENT super-packets, the default on the guest's Linux 6.1)
+#   ferroce <-> ferroce   ferroce on vethA (netns fa) and on vethB (rxe removed), the same
+#                         two ways at both ends
 #   TCP                   iperf3 between the same two ends
 # with ib_write_bw / `ferroce perf write-bw` at 64 KiB and 4 KiB (-D seconds) and
 # ib_write_lat / `ferroce perf write-lat` at 2 bytes. Prints "RESULT mtu test pair value unit".
@@ -30,15 +31,18 @@ for MTU in $MTUS; do
   ip netns add fa; ip link set vethA netns fa
   ip -n fa link set lo up; ip -n fa addr add 10.77.0.1/24 dev vethA; ip -n fa link set vethA up
   for n in $(seq 1 50); do [ "$(cat /sys/class/net/vethB/operstate)" = up ] && break; sleep 0.1; done
+  # Packet by packet (FERROCE_GSO=1: Linux 6.1's packet sockets send no UDP GSO).
+  export FERROCE_GSO=1
   bench "$MTU" ferroce-rxe - "rxe rxeB $GB" fa "ferroce vethA" 10.77.0.2
-  # The same with super-packets through UDP sockets (FERROCE_GSO=udp: packet sockets
-  # cannot send UDP GSO before Linux 6.2); rxe's UDP socket gets them cut up.
+  # With super-packets through UDP sockets (the default before Linux 6.2; said here all
+  # the same); rxe's UDP socket gets them cut up.
   export FERROCE_GSO=udp
   bench "$MTU" ferroce-rxe-udp - "rxe rxeB $GB" fa "ferroce vethA" 10.77.0.2
   unset FERROCE_GSO
   rdma link del rxeB
   ip netns add fb; ip link set vethB netns fb
   ip -n fb link set lo up; ip -n fb addr add 10.77.0.2/24 dev vethB; ip -n fb link set vethB up
+  export FERROCE_GSO=1
   bench "$MTU" ferroce-ferroce fb "ferroce vethB" fa "ferroce vethA" 10.77.0.2
   # Super-packets both ways through UDP sockets; each receiver splits them by their
   # length, as Linux 6.1 gives its packet socket no virtio-net header to say so.

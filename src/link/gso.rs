@@ -250,11 +250,28 @@ const ON: u8 = 0;
 /// Super-packets leave through a UDP socket ([`super::udp_segment`]).
 const UDP: u8 = 100;
 
-/// What `FERROCE_GSO` asks for: `0` no super-packets, `udp` the UDP-socket way
-/// ([`super::udp_segment`]), anything else (or nothing) the packet-socket way where the
-/// kernel has it.
-pub fn udp_socket_requested() -> bool {
-    std::env::var("FERROCE_GSO").as_deref() == Ok("udp")
+/// Why super-packets leave the UDP-socket way ([`super::udp_segment`]), if they do:
+/// `FERROCE_GSO=udp` asks for it; by default, kernels before 6.2 (whose packet sockets
+/// cannot send UDP GSO) use it where the link has a receive ring and no transmit ring
+/// (`receive_ring_only`): without a receive ring a link cannot split super-frames itself,
+/// so it sends none either, as on the packet-socket way, and a transmit ring
+/// (`FERROCE_PACKET_RINGS=both`) was asked for to send from. `FERROCE_GSO=0` sends no
+/// super-packets, `1` (or anything else) the packet-socket way where the kernel has it.
+pub fn udp_way(receive_ring_only: bool) -> Option<UdpWhy> {
+    match std::env::var("FERROCE_GSO").as_deref() {
+        Ok("udp") => Some(UdpWhy::Asked),
+        Ok(_) => None,
+        Err(_) => (receive_ring_only && !kernel_at_least(6, 2)).then_some(UdpWhy::OldKernel),
+    }
+}
+
+/// Why the UDP-socket way is in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UdpWhy {
+    /// `FERROCE_GSO=udp`.
+    Asked,
+    /// The default before Linux 6.2.
+    OldKernel,
 }
 
 impl GsoState {

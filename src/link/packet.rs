@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use super::af_packet::{RawSocket, RingUse};
 use super::bpf::{roce_filter, FilterSpec, Groups};
-use super::gso::{GsoOff, GsoState, Received, Run};
+use super::gso::{GsoOff, GsoState, Received, Run, UdpWhy};
 use super::gso_layout::{self, Layout, LayoutChoice};
 use super::interface::Interface;
 use super::join_pause::JoinPauses;
@@ -51,6 +51,8 @@ pub struct PacketLink {
     /// The UDP-socket way's sockets (`FERROCE_GSO=udp`): [`UDP_SOCKETS`] per IPv4
     /// address, each group bound to one.
     udp_segment: Vec<Vec<UdpSegmentSocket>>,
+    /// Why the UDP-socket way was chosen (when its sockets opened, [`GsoState::udp`]).
+    udp_way: Option<UdpWhy>,
     gso_counters: GsoCounters,
     /// Destinations frames are not joined toward for now (peers that lost them whole).
     pauses: JoinPauses,
@@ -173,7 +175,9 @@ impl PacketLink {
             .map_err(|e| tracing::warn!(error = %e, iface = %iface.name, "cannot watch the interface's state; its port stays ACTIVE"))
             .ok();
         let mut udp_segment = Vec::new();
-        if super::gso::udp_socket_requested() && !iface.loopback {
+        let udp_way = super::gso::udp_way(socket.rings().is_some_and(|r| !r.has_tx()))
+            .filter(|_| !iface.loopback);
+        if udp_way.is_some() {
             for (addr, _) in &iface.addrs {
                 if let IpAddr::V4(v4) = addr {
                     let group: io::Result<Vec<_>> = (0..UDP_SOCKETS)
@@ -191,6 +195,7 @@ impl PacketLink {
         let link = PacketLink {
             guard_mode,
             gso: GsoState::new(socket.has_vnet(), !udp_segment.is_empty()),
+            udp_way,
             layout: LayoutChoice::new(gso_layout::fixed_layout()),
             udp_segment,
             gso_counters: GsoCounters::default(),
@@ -746,7 +751,11 @@ impl Link for PacketLink {
     }
     fn io_mode(&self) -> &'static str {
         if self.gso.udp() {
-            return "tx=sendmmsg+udp gso=udp-socket (FERROCE_GSO=udp)";
+            return match (self.socket.rings().is_some(), self.udp_way) {
+                (true, Some(UdpWhy::OldKernel)) => "rx=ring tx=sendmmsg+udp gso=udp-socket (the default before Linux 6.2, whose packet sockets send no UDP GSO; FERROCE_GSO=1 sends packet by packet)",
+                (true, _) => "rx=ring tx=sendmmsg+udp gso=udp-socket (FERROCE_GSO=udp)",
+                (false, _) => "rx=recvmmsg tx=sendmmsg+udp gso=udp-socket (FERROCE_GSO=udp)",
+            };
         }
         match (self.socket.rings(), self.gso.off()) {
             (Some(r), _) if r.has_tx() => "rx=ring tx=ring gso=off (not with the transmit ring)",
