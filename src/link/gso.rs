@@ -487,36 +487,18 @@ mod tests {
         frames.extend((5..8).map(|k| frame(1 + k, 1024, 10 + k as u16, 2)));
         let (mut data, lens) = batch(&frames);
         let mut runs = [Run::default(); 8];
+        let plan = |own_mac, join: &dyn Fn(&[u8]) -> bool, runs: &mut [Run]| {
+            plan_udp(&data, &slots(lens.len()), &lens, own_mac, join, runs)
+        };
         // Frames to this host's own MAC (another process here) never take the UDP way.
-        let n = plan_udp(
-            &data,
-            &slots(lens.len()),
-            &lens,
-            [4; 6],
-            &|_| true,
-            &mut runs,
-        );
+        let n = plan([4; 6], &|_| true, &mut runs);
         assert!(runs[..n].iter().all(|r| r.count == 1), "{:?}", &runs[..n]);
-        let n = plan_udp(
-            &data,
-            &slots(lens.len()),
-            &lens,
-            [9; 6],
-            &|_| true,
-            &mut runs,
-        );
+        let n = plan([9; 6], &|_| true, &mut runs);
         let shape: Vec<(usize, usize)> = runs[..n].iter().map(|r| (r.first, r.count)).collect();
         assert_eq!(shape, [(0, 5), (5, 1), (6, 1), (7, 1)]);
         // Toward a destination whose joining is paused (`join_pause`), every frame alone.
         let mut alone = [Run::default(); 8];
-        let n = plan_udp(
-            &data,
-            &slots(lens.len()),
-            &lens,
-            [9; 6],
-            &|_| false,
-            &mut alone,
-        );
+        let n = plan([9; 6], &|_| false, &mut alone);
         assert!(alone[..n].iter().all(|r| r.count == 1) && n == 8);
         // Nothing rewritten by planning.
         assert_eq!(&data[..lens[0]], &frames[0][..]);

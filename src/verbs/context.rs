@@ -377,6 +377,54 @@ mod tests {
             .map_or(0, |c| c.1)
     }
 
+    /// Two devices on the in-memory wire that joins frames (see
+    /// [`Context::memory_gso_pair`]), an RC QP on each, connected. A's region is twice
+    /// `data` long and holds it in its first half; B's, `data` long, is open to remote
+    /// WRITE and READ. (Fields drop in order: QPs, regions, CQs, PDs, devices.)
+    struct GsoRig {
+        qp_a: crate::verbs::QueuePair,
+        _qp_b: crate::verbs::QueuePair,
+        mr_a: crate::verbs::MemoryRegion,
+        mr_b: crate::verbs::MemoryRegion,
+        cq_a: crate::verbs::CompletionQueue,
+        _cq_b: crate::verbs::CompletionQueue,
+        _pds: [crate::verbs::ProtectionDomain; 2],
+        a: Context,
+        b: Context,
+    }
+
+    impl GsoRig {
+        fn new(
+            fault_a: crate::link::SuperFault,
+            fault_b: crate::link::SuperFault,
+            data: &[u8],
+        ) -> GsoRig {
+            let (a, b) = Context::memory_gso_pair(fault_a, fault_b).unwrap();
+            let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+            let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+            let mr_a = pd_a.reg_mr(2 * data.len(), Access::LOCAL_WRITE).unwrap();
+            let mr_b = pd_b
+                .reg_mr(
+                    data.len(),
+                    Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+                )
+                .unwrap();
+            let (qp_a, qp_b) = connected_rc((&a, &pd_a, &cq_a), (&b, &pd_b, &cq_b));
+            mr_a.write(0, data).unwrap();
+            GsoRig {
+                qp_a,
+                _qp_b: qp_b,
+                mr_a,
+                mr_b,
+                cq_a,
+                _cq_b: cq_b,
+                _pds: [pd_a, pd_b],
+                a,
+                b,
+            }
+        }
+    }
+
     /// The UDP GSO path end to end on the in-memory wire: WRITEs one way and READ
     /// responses the other cross as super-frames, some lost whole, duplicated, held back
     /// behind the next, or with one segment damaged (its ICRC fails: a packet lost from
@@ -410,20 +458,18 @@ mod tests {
                 }
             })
         };
-        let (a, b) = Context::memory_gso_pair(hook(0), hook(1)).unwrap();
-        let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-        let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
         let len = 1 << 20;
-        let mr_a = pd_a.reg_mr(2 * len, Access::LOCAL_WRITE).unwrap();
-        let mr_b = pd_b
-            .reg_mr(
-                len,
-                Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
-            )
-            .unwrap();
-        let (qp_a, _qp_b) = connected_rc((&a, &pd_a, &cq_a), (&b, &pd_b, &cq_b));
         let data: Vec<u8> = (0..len).map(|i| (i * 13 + i / 4096) as u8).collect();
-        mr_a.write(0, &data).unwrap();
+        let rig = GsoRig::new(hook(0), hook(1), &data);
+        let GsoRig {
+            a,
+            b,
+            cq_a,
+            qp_a,
+            mr_a,
+            mr_b,
+            ..
+        } = &rig;
         let msg = 64 << 10;
         // Posts one 64 KiB work request per message of the buffer, then waits for each.
         let run = |make: &dyn Fn(usize) -> ferroce_transport::SendWr, what: &str| {
@@ -461,7 +507,7 @@ mod tests {
         // Exactly the damaged segments fail their ICRC: every other segment of every
         // super-frame was rebuilt with the identification and lengths it was sent with.
         let damaged = |end: usize| seen[end].load(Relaxed).div_ceil(12);
-        for (ctx, end) in [(&b, 0), (&a, 1)] {
+        for (ctx, end) in [(b, 0), (a, 1)] {
             let bad = counter(ctx, "rx_icrc_err");
             assert!(
                 bad > 0 && bad <= damaged(end),
@@ -469,8 +515,8 @@ mod tests {
                 damaged(end)
             );
         }
-        assert!(counter(&a, "retransmitted_pkts") > 0);
-        assert!(counter(&b, "duplicate_request") > 0);
+        assert!(counter(a, "retransmitted_pkts") > 0);
+        assert!(counter(b, "duplicate_request") > 0);
     }
 
     /// A peer that loses every super-frame whole (one that cannot split them: a packet
@@ -483,20 +529,18 @@ mod tests {
     fn a_peer_that_loses_every_super_frame_gets_single_packets() {
         use crate::link::{Fate, SuperFault};
         let lose = || -> SuperFault { Box::new(|_, _: &mut Vec<u8>| Fate::Drop) };
-        let (a, b) = Context::memory_gso_pair(lose(), lose()).unwrap();
-        let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-        let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
         let len = 256 << 10;
-        let mr_a = pd_a.reg_mr(2 * len, Access::LOCAL_WRITE).unwrap();
-        let mr_b = pd_b
-            .reg_mr(
-                len,
-                Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
-            )
-            .unwrap();
-        let (qp_a, _qp_b) = connected_rc((&a, &pd_a, &cq_a), (&b, &pd_b, &cq_b));
         let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 1000) as u8).collect();
-        mr_a.write(0, &data).unwrap();
+        let rig = GsoRig::new(lose(), lose(), &data);
+        let GsoRig {
+            a,
+            b,
+            cq_a,
+            qp_a,
+            mr_a,
+            mr_b,
+            ..
+        } = &rig;
         let msg = 64 << 10;
         let wait = |what: &str, n: usize| {
             for k in 0..n {
@@ -520,16 +564,16 @@ mod tests {
         wait("write completion", len / msg);
         assert!(mr_b.to_vec() == data, "written data differs");
         // The writer paused; the reader had not sent a super-frame yet.
-        assert!(counter(&a, "gso_peer_pauses") >= 1);
-        assert_eq!(counter(&b, "gso_peer_pauses"), 0);
+        assert!(counter(a, "gso_peer_pauses") >= 1);
+        assert_eq!(counter(b, "gso_peer_pauses"), 0);
         // READ responses: the responder hears the READ again (a replay) and pauses.
         let r = wr::rdma_read(0, mr_a.sge(len, len), mr_b.addr(), mr_b.rkey());
         qp_a.post_send(&r).unwrap();
         wait("read completion", 1);
         assert!(mr_a.to_vec()[len..] == data[..], "read data differs");
-        assert!(counter(&b, "gso_peer_pauses") >= 1);
+        assert!(counter(b, "gso_peer_pauses") >= 1);
         // Super-frames did leave (and were all lost) before each pause.
-        assert!(counter(&a, "gso_tx_frames") > 0 && counter(&b, "gso_tx_frames") > 0);
+        assert!(counter(a, "gso_tx_frames") > 0 && counter(b, "gso_tx_frames") > 0);
     }
 
     /// On a link that joins frames, 4 KiB WRITEs at MTU 1024 go as equal WRITE ONLY
