@@ -220,7 +220,9 @@ impl Shared {
         // that found nothing.
         let posts = self.wake.deferred_bytes.load(Ordering::Relaxed) != 0;
         let answers = held || (n == 0 && self.wake.answers_pending.load(Ordering::Relaxed));
-        if posts || (answer && answers) {
+        // While the driver spins on a stream of large posts, it sends them: see
+        // [`Shared::kick_post`].
+        if (posts || (answer && answers)) && !self.tx_left_to_driver() {
             let mut ep = self.endpoint();
             self.transmit(&mut ep, TX_BATCH);
             self.wake.arm_if_sooner(&ep);

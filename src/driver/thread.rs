@@ -24,6 +24,13 @@ const APP_POLL_RECHECK_MIN: Duration = Duration::from_micros(20);
 const DRIVER_SLICE: Duration = Duration::from_micros(100);
 
 pub(super) fn run(s: &Shared) {
+    rounds(s);
+    // A driver that stopped (or gave up) sends nothing more: posters send for themselves.
+    let _held = s.endpoint();
+    s.wake.driver_spinning.store(false, Ordering::Relaxed);
+}
+
+fn rounds(s: &Shared) {
     let span = tracing::info_span!("driver");
     let _enter = span.enter();
     match crate::link::sched::request_slice(DRIVER_SLICE) {
@@ -117,6 +124,7 @@ pub(super) fn run(s: &Shared) {
         }
         // Nothing is pending: `transmit` above ran under this same lock.
         s.wake.driver_asleep.store(!app, Ordering::Relaxed);
+        s.wake.driver_spinning.store(false, Ordering::Relaxed);
         drop(ep);
         // While API threads poll the link, the driver sleeps on its timer and wake-ups only
         // (a frame would otherwise wake two threads), looking again now and then.
@@ -141,5 +149,6 @@ pub(super) fn run(s: &Shared) {
         let _held = s.endpoint();
         s.wake.planned_wakeup.store(0, Ordering::SeqCst);
         s.wake.driver_asleep.store(false, Ordering::Relaxed);
+        s.wake.driver_spinning.store(true, Ordering::Relaxed);
     }
 }

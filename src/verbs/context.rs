@@ -315,6 +315,7 @@ impl Context {
         v.push(("rx_socket_drops", self.shared().link_rx_drops()));
         v.extend(self.shared().linger_counters());
         v.push(("driver_wakeups", self.shared().driver_wakeups()));
+        v.push(("posts_left_to_driver", self.shared().posts_left_to_driver()));
         v.extend(self.shared().tx_counters());
         v.extend(self.shared().link().counters());
         v
