@@ -203,8 +203,8 @@ impl Shared {
     ///   driver thread, which then sends the whole stream (woken if it naps or sleeps). Why:
     ///   frames of one QP sent by two threads enter the kernel on two CPUs, and the poster
     ///   spends in `sendmmsg` the time it could post and poll in. 64 KiB WRITEs between two
-    ///   namespaces (alternating runs, MTU 1500): 20.0 Gb/s with the poster sending, 24.2
-    ///   with the driver sending them all; in the rxe VM (MTU 9000) 0.79 against 0.90 Gb/s.
+    ///   namespaces (alternating runs, MTU 1500): 21.2 Gb/s with the poster sending, 24.2
+    ///   with the driver; in the rxe VM (MTU 9000) 0.74-0.79 against 0.81-0.88 Gb/s.
     pub fn kick_post(&self, mut ep: super::EndpointGuard<'_>, behind_others: bool, bytes: u64) {
         let w = &self.wake;
         let sending = post_sending(
