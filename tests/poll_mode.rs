@@ -214,6 +214,26 @@ fn writer(dst_len: usize) -> Writer {
 impl Writer {
     /// Posts `writes` work requests, `make(n)` the n-th, as perftest does: as many as
     /// `depth` allows, back to back, then a poll; each must complete, in order.
+    /// WRITE `n` of `writes` went to slot `n % slots` of `size` bytes, holding `pattern(n)`:
+    /// checks that each slot holds the last WRITE into it.
+    fn check_slots(
+        &self,
+        slots: usize,
+        size: usize,
+        writes: u64,
+        pattern: impl Fn(u64) -> Vec<u8>,
+    ) {
+        for slot in 0..slots {
+            let last = (writes - 1) - ((writes - 1 - slot as u64) % slots as u64);
+            let mut got = vec![0; size];
+            self.dst.read(slot * size, &mut got).unwrap();
+            assert!(
+                got == pattern(last),
+                "slot {slot} does not hold WRITE {last}"
+            );
+        }
+    }
+
     fn stream(&self, writes: u64, depth: u64, mut make: impl FnMut(u64) -> SendWr) {
         let (mut posted, mut completed) = (0u64, 0u64);
         let mut out = Vec::new();
@@ -254,16 +274,7 @@ fn a_burst_of_posts_left_for_the_next_poll_arrives_whole_and_in_order() {
         let d = (n as usize % SLOTS) * SIZE;
         wr::rdma_write(n, src.sge(s, SIZE), w.dst.addr() + d as u64, w.dst.rkey())
     });
-    // The last WRITE into each slot is the one there.
-    for slot in 0..SLOTS {
-        let last = (WRITES - 1) - ((WRITES - 1 - slot as u64) % SLOTS as u64);
-        let mut got = vec![0; SIZE];
-        w.dst.read(slot * SIZE, &mut got).unwrap();
-        assert!(
-            got == pattern(last),
-            "slot {slot} does not hold WRITE {last}"
-        );
-    }
+    w.check_slots(SLOTS, SIZE, WRITES, pattern);
 }
 
 #[test]
@@ -331,15 +342,7 @@ fn a_stream_of_large_posts_is_left_to_the_driver_and_arrives_whole() {
         wakeups <= left + WRITES / 10,
         "the driver was woken {wakeups} times for {left} posts left to it"
     );
-    for slot in 0..SLOTS {
-        let last = (WRITES - 1) - ((WRITES - 1 - slot as u64) % SLOTS as u64);
-        let mut got = vec![0; SIZE];
-        w.dst.read(slot * SIZE, &mut got).unwrap();
-        assert!(
-            got == pattern(last),
-            "slot {slot} does not hold WRITE {last}"
-        );
-    }
+    w.check_slots(SLOTS, SIZE, WRITES, pattern);
 }
 
 /// The SEND ping-pong's side of an [`End`]: both directions' completions on its one CQ,

@@ -164,7 +164,7 @@ impl Shared {
             // Only while the driver naps: it looks at the link again within a millisecond
             // and sends them then if the caller has not. A driver asleep until the link
             // wakes it might sleep on: the caller took the frames that would have.
-            if defer_answers && !self.wake.driver_asleep.load(Ordering::Relaxed) {
+            if defer_answers && !self.wake.driver_asleep() {
                 self.wake.answers_pending.store(true, Ordering::Relaxed);
             } else {
                 self.transmit(&mut ep, TX_BATCH);

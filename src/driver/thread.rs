@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::link::eventfd::poll_readable;
 
+use super::wakeups::DriverState;
 use super::{Shared, RX_BATCH, TX_BATCH};
 
 /// How long the driver keeps looking for work after the last activity before it sleeps.
@@ -27,7 +28,7 @@ pub(super) fn run(s: &Shared) {
     rounds(s);
     // A driver that stopped (or gave up) sends nothing more: posters send for themselves.
     let _held = s.endpoint();
-    s.wake.driver_spinning.store(false, Ordering::Relaxed);
+    s.wake.set_driver(DriverState::Stopped);
 }
 
 fn rounds(s: &Shared) {
@@ -123,8 +124,11 @@ fn rounds(s: &Shared) {
             s.wake.arm(next);
         }
         // Nothing is pending: `transmit` above ran under this same lock.
-        s.wake.driver_asleep.store(!app, Ordering::Relaxed);
-        s.wake.driver_spinning.store(false, Ordering::Relaxed);
+        s.wake.set_driver(if app {
+            DriverState::Napping
+        } else {
+            DriverState::Asleep
+        });
         drop(ep);
         // While API threads poll the link, the driver sleeps on its timer and wake-ups only
         // (a frame would otherwise wake two threads), looking again now and then.
@@ -148,7 +152,6 @@ fn rounds(s: &Shared) {
         }
         let _held = s.endpoint();
         s.wake.planned_wakeup.store(0, Ordering::SeqCst);
-        s.wake.driver_asleep.store(false, Ordering::Relaxed);
-        s.wake.driver_spinning.store(true, Ordering::Relaxed);
+        s.wake.set_driver(DriverState::Spinning);
     }
 }

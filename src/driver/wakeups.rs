@@ -4,7 +4,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 use ferroce_transport::Endpoint;
 
@@ -21,6 +21,19 @@ const DEFER_BYTES: u64 = 64 * 1024;
 /// window of frames (`SEND_WINDOW`, 512) at MTU 1024 and a round that finds nothing.
 const KICK_ROUNDS: usize = 5;
 
+/// What the driver thread is doing, as posters see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum DriverState {
+    /// Running its rounds or busy-polling.
+    Spinning = 0,
+    /// Sleeping at most `APP_POLL_RECHECK` while API threads poll the link.
+    Napping = 1,
+    /// Sleeping until the link, a wake-up or its timer wakes it.
+    Asleep = 2,
+    /// Gone: it sends nothing more.
+    Stopped = 3,
+}
+
 /// The driver thread's wake-up sources and sleep state.
 pub(super) struct Wakeups {
     /// API calls write it to wake the driver.
@@ -32,13 +45,9 @@ pub(super) struct Wakeups {
     /// The transport's next timer, as armed on `timer` (transport nanoseconds; 0 while the
     /// driver runs, `u64::MAX` when it waits for I/O only). Changed with the endpoint locked.
     pub(super) planned_wakeup: AtomicU64,
-    /// The driver sleeps until the link, a wake-up or its timer wakes it (not a nap of at
-    /// most `APP_POLL_RECHECK`). Changed with the endpoint locked.
-    pub(super) driver_asleep: AtomicBool,
-    /// The driver is running its rounds or busy-polling: it looks at the transport again
-    /// within microseconds, unasked. False while it naps or sleeps, and once it has
-    /// stopped. Changed with the endpoint locked.
-    pub(super) driver_spinning: AtomicBool,
+    /// What the driver thread is doing (a [`DriverState`]). Changed with the endpoint
+    /// locked.
+    driver_state: AtomicU8,
     /// The last post was one of a stream of large posts, whose frames the driver sends
     /// (see [`Shared::kick_post`]).
     pub(super) large_stream: AtomicBool,
@@ -71,8 +80,7 @@ impl Wakeups {
             timer: TimerFd::new()?,
             epoch_monotonic: monotonic_nanos(),
             planned_wakeup: AtomicU64::new(0),
-            driver_asleep: AtomicBool::new(false),
-            driver_spinning: AtomicBool::new(true),
+            driver_state: AtomicU8::new(DriverState::Spinning as u8),
             large_stream: AtomicBool::new(false),
             left_to_driver: AtomicU64::new(0),
             app_polls: AtomicU64::new(0),
@@ -82,6 +90,22 @@ impl Wakeups {
             wakeups: AtomicU64::new(0),
             stop: AtomicBool::new(false),
         })
+    }
+
+    /// Records what the driver thread does from now on; called with the endpoint locked.
+    pub(super) fn set_driver(&self, state: DriverState) {
+        self.driver_state.store(state as u8, Ordering::Relaxed);
+    }
+
+    /// The driver sleeps until the link, a wake-up or its timer wakes it (not a nap of at
+    /// most `APP_POLL_RECHECK`).
+    pub(super) fn driver_asleep(&self) -> bool {
+        self.driver_state.load(Ordering::Relaxed) == DriverState::Asleep as u8
+    }
+
+    /// The driver looks at the transport again within microseconds, unasked.
+    pub(super) fn driver_spinning(&self) -> bool {
+        self.driver_state.load(Ordering::Relaxed) == DriverState::Spinning as u8
     }
 
     /// Wakes the driver thread.
@@ -210,38 +234,33 @@ impl Shared {
         let sending = post_sending(
             behind_others,
             w.app_polls.load(Ordering::Relaxed) != 0,
-            !w.driver_asleep.load(Ordering::Relaxed),
-            w.driver_spinning.load(Ordering::Relaxed),
+            !w.driver_asleep(),
+            w.driver_spinning(),
             w.deferred_bytes.load(Ordering::Relaxed),
             bytes,
         );
         w.large_stream
             .store(behind_others && bytes >= DEFER_BYTES, Ordering::Relaxed);
         match sending {
-            PostSending::Now => self.kick(ep),
-            PostSending::Later(deferred) => {
-                w.deferred_bytes.store(deferred, Ordering::Relaxed);
-                // The post may have completed work itself (a local error).
-                self.deliver_cq_events(&mut ep);
-                self.wake.arm_if_sooner(&ep);
-            }
-            PostSending::Driver { wake } => {
+            PostSending::Now => return self.kick(ep),
+            PostSending::Later(deferred) => w.deferred_bytes.store(deferred, Ordering::Relaxed),
+            PostSending::Driver { .. } => {
                 w.left_to_driver.fetch_add(1, Ordering::Relaxed);
-                self.deliver_cq_events(&mut ep);
-                self.wake.arm_if_sooner(&ep);
-                drop(ep);
-                if wake {
-                    self.wake.wake();
-                }
             }
+        }
+        // The post may have completed work itself (a local error).
+        self.deliver_cq_events(&mut ep);
+        w.arm_if_sooner(&ep);
+        drop(ep);
+        if sending == (PostSending::Driver { wake: true }) {
+            w.wake();
         }
     }
 
     /// Whether poll mode's transmission of answers and deferred posts is better left to
     /// the driver: it spins, and the posts are a stream of large ones it sends anyway.
     pub(super) fn tx_left_to_driver(&self) -> bool {
-        self.wake.large_stream.load(Ordering::Relaxed)
-            && self.wake.driver_spinning.load(Ordering::Relaxed)
+        self.wake.large_stream.load(Ordering::Relaxed) && self.wake.driver_spinning()
     }
 
     /// Whether frames were left for later (answers of poll mode, deferred posts).
