@@ -319,10 +319,14 @@ fn a_stream_of_large_posts_is_left_to_the_driver_and_arrives_whole() {
     let pattern = |n: u64| -> Vec<u8> { (0..SIZE).map(|i| (i as u64 * 7 + n) as u8).collect() };
     let w = writer(SIZE * SLOTS);
     let src = w.pd_a.reg_mr(SIZE * SLOTS, Access::empty()).unwrap();
+    // Made before the stream: made between two posts (half a millisecond each in a debug
+    // build) they gave the WRITE before time to complete, and in about a third of the runs
+    // no post found another ahead of it.
+    let patterns: Vec<Vec<u8>> = (0..WRITES).map(pattern).collect();
     let before = counter(&w.a, "driver_wakeups");
     w.stream(WRITES, SLOTS as u64, |n| {
         let slot = (n % SLOTS as u64) as usize;
-        src.write(slot * SIZE, &pattern(n)).unwrap();
+        src.write(slot * SIZE, &patterns[n as usize]).unwrap();
         wr::rdma_write(
             n,
             src.sge(slot * SIZE, SIZE),
@@ -332,10 +336,9 @@ fn a_stream_of_large_posts_is_left_to_the_driver_and_arrives_whole() {
     });
     let left = counter(&w.a, "posts_left_to_driver");
     let wakeups = counter(&w.a, "driver_wakeups") - before;
-    // Not the posts with nothing ahead of them: the first, and those after the stream
-    // drained between polls (over this in-memory wire, about half of them).
+    // Not the first post (nothing ahead of it), nor any that found the stream drained.
     assert!(
-        left >= WRITES / 10,
+        left >= WRITES / 2,
         "{left} of {WRITES} posts left to the driver"
     );
     assert!(
