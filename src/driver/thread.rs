@@ -130,6 +130,7 @@ fn rounds(s: &Shared) {
             DriverState::Asleep
         });
         drop(ep);
+        s.wake.sleeps.fetch_add(1, Ordering::Relaxed);
         // While API threads poll the link, the driver sleeps on its timer and wake-ups only
         // (a frame would otherwise wake two threads), looking again now and then.
         let ready = if app {

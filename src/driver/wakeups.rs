@@ -69,6 +69,18 @@ pub(super) struct Wakeups {
     /// Times API calls woke the driver (`driver_wakeups`): each costs a system call, and
     /// the driver's wake-up then competes with the caller for the endpoint lock.
     pub(super) wakeups: AtomicU64,
+    /// A wake-up was written that the driver has not yet taken: it is set by the writer
+    /// and cleared by the driver after its sleep ends and it has drained the waker, before
+    /// its next round. Wake-ups meanwhile would only add to the same count: the round sees
+    /// their work. Natively a poster streaming 64 KiB WRITEs at depth 128 woke the driver
+    /// 46,109 times in 4 s for 468 sleeps: the woken driver waits for a CPU while the
+    /// poster fills its queue, each post a system call.
+    wake_pending: AtomicBool,
+    /// Wake-ups that found one pending (`driver_wakeups_merged`).
+    pub(super) merged: AtomicU64,
+    /// Times the driver thread slept or napped in `poll` (`driver_sleeps`): against
+    /// `driver_wakeups`, how many wake-ups found it asleep.
+    pub(super) sleeps: AtomicU64,
     /// The driver thread should exit.
     stop: AtomicBool,
 }
@@ -88,6 +100,9 @@ impl Wakeups {
             answers_age: AtomicU64::new(0),
             deferred_bytes: AtomicU64::new(0),
             wakeups: AtomicU64::new(0),
+            wake_pending: AtomicBool::new(false),
+            merged: AtomicU64::new(0),
+            sleeps: AtomicU64::new(0),
             stop: AtomicBool::new(false),
         })
     }
@@ -110,6 +125,10 @@ impl Wakeups {
 
     /// Wakes the driver thread.
     pub(super) fn wake(&self) {
+        if self.wake_pending.swap(true, Ordering::SeqCst) {
+            self.merged.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         self.wakeups.fetch_add(1, Ordering::Relaxed);
         self.waker.wake();
     }
@@ -129,7 +148,10 @@ impl Wakeups {
         [self.waker.as_raw_fd(), self.timer.as_raw_fd()]
     }
 
-    /// Resets what woke the driver (bit 0: waker, bit 1: timer).
+    /// Resets what woke the driver (bit 0: waker, bit 1: timer); called after every sleep,
+    /// before a round. Wake-ups from now on are written again: one pending until here was
+    /// drained or is still to be read (the next sleep then ends at once), and those merged
+    /// into it before here are seen by the round that follows.
     pub(super) fn drain(&self, ready: u32) {
         if ready & 0b01 != 0 {
             self.waker.drain();
@@ -137,6 +159,7 @@ impl Wakeups {
         if ready & 0b10 != 0 {
             self.timer.drain();
         }
+        self.wake_pending.store(false, Ordering::SeqCst);
     }
 
     /// Arms the timer for transport time `nanos` (`u64::MAX` disarms); called with the
@@ -165,6 +188,16 @@ impl Shared {
     /// Times the driver was woken by an API call or by work left over (`driver_wakeups`).
     pub fn driver_wakeups(&self) -> u64 {
         self.wake.wakeups.load(Ordering::Relaxed)
+    }
+
+    /// Wake-ups that found one already on its way (`driver_wakeups_merged`).
+    pub fn driver_wakeups_merged(&self) -> u64 {
+        self.wake.merged.load(Ordering::Relaxed)
+    }
+
+    /// Times the driver thread slept or napped (`driver_sleeps`).
+    pub fn driver_sleeps(&self) -> u64 {
+        self.wake.sleeps.load(Ordering::Relaxed)
     }
 
     /// Posts whose frames the driver sent instead of the posting thread

@@ -315,6 +315,11 @@ impl Context {
         v.push(("rx_socket_drops", self.shared().link_rx_drops()));
         v.extend(self.shared().linger_counters());
         v.push(("driver_wakeups", self.shared().driver_wakeups()));
+        v.push((
+            "driver_wakeups_merged",
+            self.shared().driver_wakeups_merged(),
+        ));
+        v.push(("driver_sleeps", self.shared().driver_sleeps()));
         v.push(("posts_left_to_driver", self.shared().posts_left_to_driver()));
         v.extend(self.shared().tx_counters());
         v.extend(self.shared().link().counters());
