@@ -7,6 +7,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::bpf::SockFilter;
 use super::gso::Run;
@@ -47,6 +48,10 @@ pub struct RawSocket {
     ifindex: u32,
     /// Every frame in and out carries a virtio-net header (PACKET_VNET_HDR).
     vnet: bool,
+    /// Frames received without a ring that were longer than the buffer given for them (a
+    /// super-frame at a peer that has no ring to split it in): dropped, not handed on cut
+    /// short, where they failed to parse and were counted as malformed.
+    truncated: AtomicU64,
 }
 
 /// `PACKET_VNET_HDR` and `PACKET_COPY_THRESH` (linux/if_packet.h).
@@ -185,6 +190,7 @@ impl RawSocket {
             fd,
             ifindex,
             vnet,
+            truncated: AtomicU64::new(0),
         })
     }
 
@@ -262,6 +268,11 @@ impl RawSocket {
         Ok(u64::from(st.tp_drops))
     }
 
+    /// Frames received without a ring that did not fit their buffer and were dropped.
+    pub fn truncated(&self) -> u64 {
+        self.truncated.load(Ordering::Relaxed)
+    }
+
     /// The socket's PACKET_MMAP rings, if it has them.
     pub fn rings(&self) -> Option<&Rings> {
         self.rings.as_ref()
@@ -308,8 +319,8 @@ impl RawSocket {
         Ok(true)
     }
 
-    /// Receives one frame into `buf`; `Ok(None)` when nothing is queued. Frames longer than
-    /// `buf` are truncated (and then fail to parse).
+    /// Receives one frame into `buf`; `Ok(None)` when nothing is queued. A frame longer
+    /// than `buf` is dropped and counted ([`RawSocket::truncated`]): `Ok(Some(0))`.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         loop {
             // SAFETY: sockaddr_ll is plain old data; all-zero is valid.
@@ -321,7 +332,8 @@ impl RawSocket {
                     self.fd.as_raw_fd(),
                     buf.as_mut_ptr().cast(),
                     buf.len(),
-                    0,
+                    // The frame's own length, however much of it fits.
+                    libc::MSG_TRUNC,
                     (&mut from as *mut libc::sockaddr_ll).cast(),
                     &mut len,
                 )
@@ -333,6 +345,10 @@ impl RawSocket {
                     io::ErrorKind::Interrupted => continue,
                     _ => Err(e),
                 };
+            }
+            if ret as usize > buf.len() {
+                self.truncated.fetch_add(1, Ordering::Relaxed);
+                return Ok(Some(0));
             }
             return Ok(Some(ret as usize));
         }
@@ -448,7 +464,14 @@ impl RawSocket {
             }
         };
         for (i, len) in lens.iter_mut().enumerate().take(ret) {
-            *len = headers.msgs[i].msg_len as usize;
+            let m = &headers.msgs[i];
+            *len = if m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                // Cut short: dropped here (an empty frame), counted.
+                self.truncated.fetch_add(1, Ordering::Relaxed);
+                0
+            } else {
+                m.msg_len as usize
+            };
         }
         Ok(ret)
     }

@@ -53,7 +53,9 @@ pub trait Link: Send + Sync + 'static {
     fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>>;
     /// A descriptor that polls readable when frames are queued.
     fn fd(&self) -> RawFd;
-    /// Frames the link dropped on receive (a full socket buffer) since the link opened.
+    /// Frames the link dropped on receive since the link opened: a full socket buffer, or
+    /// a frame longer than the ring frame or buffer it came into (a super-frame at a link
+    /// that cannot take it whole), dropped rather than handed on cut short.
     fn rx_drops(&self) -> u64 {
         0
     }

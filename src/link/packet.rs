@@ -805,7 +805,7 @@ impl Link for PacketLink {
     }
     fn rx_drops(&self) -> u64 {
         let new = self.socket.take_drops().unwrap_or(0);
-        let truncated = self.socket.rings().map_or(0, Rings::truncated);
+        let truncated = self.socket.rings().map_or(0, Rings::truncated) + self.socket.truncated();
         self.rx_drops.fetch_add(new, Ordering::Relaxed) + new + truncated
     }
 }
