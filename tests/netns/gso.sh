@@ -23,9 +23,11 @@
 #   4. The same with FERROCE_GSO=0 at the client: it says why GSO is off, splits no
 #      WRITE, sends no super-frame, the server receives none (the counters are the path's,
 #      not constants); the server still sends them and the client still splits them.
-#   5. A peer that loses every super-frame whole (FERROCE_PACKET_RINGS=none), as server
+#   5. `ferroce devinfo -v` names the mode, gso=on, and gso=off with its reason.
+#   6. A peer that loses every super-frame whole (FERROCE_PACKET_RINGS=none), as server
 #      and as client, and through both ways of sending them: rc-ops completes, the
-#      joining end paused joining toward it (gso_peer_pauses >= 1).
+#      joining end paused joining toward it (gso_peer_pauses >= 1); the ringless end
+#      dropped and counted what came cut short (rx_socket_drops >= 1).
 #   tests/netns/gso.sh [FERROCE_BINARY]      (needs root: namespaces, veth; Linux >= 6.2)
 # Prints PASS/FAIL lines and "gso: N passed, M failed"; exit 0 iff all pass.
 set -u
@@ -196,6 +198,18 @@ if grep -q '^link: .* gso=off (FERROCE_GSO=0)$' "$c" && ! grep -q '^writes: spli
 else
   ko "FERROCE_GSO=0 at the client" "$c" "$s"
 fi
+# `ferroce devinfo -v` says the same as --stats: the mode in use, and why when off.
+dv=$out/devinfo.on dvoff=$out/devinfo.off
+ip netns exec $A "$F" devinfo -v -d gso-va >"$dv" 2>&1
+ip netns exec $A env FERROCE_GSO=0 "$F" devinfo -v -d gso-va >"$dvoff" 2>&1
+if grep -qE '^[[:space:]]+ferroce_link:[[:space:]]+rx=ring .* gso=on$' "$dv" &&
+  grep -qE '^[[:space:]]+ferroce_link:[[:space:]]+.* gso=off \(FERROCE_GSO=0\)$' "$dvoff" &&
+  grep -qE '^[[:space:]]+ferroce_icrc:[[:space:]]+(simd|table) \(' "$dv"; then
+  ok "devinfo -v: gso=on, and gso=off (FERROCE_GSO=0) with it set; the ICRC engine"
+else
+  ko "devinfo -v does not say the link's modes" "$dv" "$dvoff"
+fi
+
 # A peer that cannot split super-frames loses each one whole: FERROCE_PACKET_RINGS=none
 # reads frames of at most an MTU (and joins nothing itself). The joining end hears only
 # silence (ACK timeouts, a READ asked for again) and must send to that peer packet by
