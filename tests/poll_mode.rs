@@ -212,8 +212,6 @@ fn writer(dst_len: usize) -> Writer {
 }
 
 impl Writer {
-    /// Posts `writes` work requests, `make(n)` the n-th, as perftest does: as many as
-    /// `depth` allows, back to back, then a poll; each must complete, in order.
     /// WRITE `n` of `writes` went to slot `n % slots` of `size` bytes, holding `pattern(n)`:
     /// checks that each slot holds the last WRITE into it.
     fn check_slots(
@@ -234,6 +232,8 @@ impl Writer {
         }
     }
 
+    /// Posts `writes` work requests, `make(n)` the n-th, as perftest does: as many as
+    /// `depth` allows, back to back, then a poll; each must complete, in order.
     fn stream(&self, writes: u64, depth: u64, mut make: impl FnMut(u64) -> SendWr) {
         let (mut posted, mut completed) = (0u64, 0u64);
         let mut out = Vec::new();

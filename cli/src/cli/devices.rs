@@ -91,24 +91,26 @@ pub fn devinfo(a: DevinfoArgs) -> Result<ExitCode, CliError> {
             for e in d.gids().entries() {
                 writeln!(out, "\t\t\tGID[{:>3}]:\t\t{}, RoCE v2", e.index, e.gid)?;
             }
-            link_modes(&mut out, &d)?;
+            print_link_modes(&mut out, &d)?;
         }
         writeln!(out)?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// `devinfo -v`: how this host would move frames on the device (what `--stats` prints as
-/// `link:`, the GSO choices and their reasons, the ICRC engine), found by opening it as a
-/// program would; a user who may not open it is told why.
-fn link_modes(out: &mut impl Write, d: &Device) -> std::io::Result<()> {
+/// `devinfo -v`: how this host would move frames on the device (the list `--stats` prints,
+/// [`super::link_modes`]), found by opening it as a program would; a user who may not open
+/// it is told why.
+fn print_link_modes(out: &mut impl Write, d: &Device) -> std::io::Result<()> {
     let ctx = match d.open() {
         Ok(c) => c,
         Err(e) => return writeln!(out, "\t\t\tferroce_link:\t\tnot opened ({e})"),
     };
-    writeln!(out, "\t\t\tferroce_link:\t\t{}", ctx.link_io())?;
-    for (what, choice) in ctx.link_details() {
-        writeln!(out, "\t\t\tferroce_{}:\t{choice}", what.replace(' ', "_"))?;
+    for (what, choice) in super::link_modes(&ctx) {
+        let label = format!("ferroce_{}:", what.replace(' ', "_"));
+        // Values in one column, as ibv_devinfo's port attributes (tab stops of 8).
+        let tabs = if label.len() < 16 { "\t\t" } else { "\t" };
+        writeln!(out, "\t\t\t{label}{tabs}{choice}")?;
     }
-    writeln!(out, "\t\t\tferroce_icrc:\t\t{}", ctx.icrc_engine())
+    Ok(())
 }

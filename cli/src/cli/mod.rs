@@ -171,6 +171,16 @@ fn print_cm_stats(cm: &ferroce::cm::ConnectionManager) {
     eprintln!("cm: {}", v.join(" "));
 }
 
+/// How the device moves frames, as (what, choice): the link's I/O (`link`), its other
+/// choices with their reasons (super-packet layout, the guard), the ICRC engine (`icrc`).
+/// `--stats` and `devinfo -v` print the same list.
+fn link_modes(ctx: &ferroce::verbs::Context) -> Vec<(&'static str, String)> {
+    let mut v = vec![("link", ctx.link_io().to_string())];
+    v.extend(ctx.link_details());
+    v.push(("icrc", ctx.icrc_engine()));
+    v
+}
+
 /// `--stats`: the non-zero counters on one stderr line.
 fn print_stats(ctx: &ferroce::verbs::Context) {
     let c: Vec<String> = ctx
@@ -179,11 +189,9 @@ fn print_stats(ctx: &ferroce::verbs::Context) {
         .filter(|(_, v)| *v != 0)
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
-    eprintln!("link: {}", ctx.link_io());
-    for (what, choice) in ctx.link_details() {
+    for (what, choice) in link_modes(ctx) {
         eprintln!("{what}: {choice}");
     }
-    eprintln!("icrc: {}", ctx.icrc_engine());
     if ctx.split_writes() {
         eprintln!("writes: split (each packet a WRITE ONLY of its own)");
     }
