@@ -135,7 +135,6 @@ impl LocalTarget {
             remote,
             gid,
             close: None,
-            start: None,
         }
     }
 
@@ -196,13 +195,13 @@ impl Target for LocalTarget {
             .map_err(e)?;
         }
         // Like an ib_read_bw client (`reader` cases): READs of the probe's buffer, one at a
-        // time, each once the one before completed; started once the probe has drained
-        // its queue (`Connected::start`), which would drop a READ already there.
+        // time, each once the one before completed. A READ sent before the probe drains its
+        // queue is kept for the case (`Peer::drain`).
         if needs == Needs::Reader {
             let (rqp, rcq) = (qp.clone(), cq.clone());
             let sge = mr.sge(0, READ_LEN);
             let rmr = mr.clone();
-            let reader = move || {
+            std::thread::spawn(move || {
                 for i in 0..5u64 {
                     if rqp
                         .post_send(&wr::rdma_read(i, sge, PROBE_VA, PROBE_RKEY))
@@ -216,12 +215,8 @@ impl Target for LocalTarget {
                     }
                 }
                 drop(rmr);
-            };
-            let mut c = self.connected(qp, mr, cq, pd, &path, gid);
-            c.start = Some(Box::new(move || {
-                std::thread::spawn(reader);
-            }));
-            return Ok(c);
+            });
+            return Ok(self.connected(qp, mr, cq, pd, &path, gid));
         }
         // Like ibv_rc_pingpong: the first SEND received is answered with a SEND.
         {

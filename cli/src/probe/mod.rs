@@ -124,8 +124,8 @@ fn run_one(
 /// A fresh QP of the target connected to a fresh raw endpoint of the probe (what each
 /// case, fuzz round and health check starts from); frames left over from earlier
 /// connections are drained. A target program that sends of its own accord (an
-/// `ib_read_bw` client) may have sent by then: the drain keeps what came to the new QP
-/// for the case. In-process targets start only after it (`Connected::start`).
+/// `ib_read_bw` client, in-process or reached out of band) may have sent by then: the
+/// drain keeps what came to the new QP for the case.
 ///
 /// The target's program announces its RoCE address (its GID) in the exchange; `route`
 /// learns it, and when the probe's own GID had to change to the target's IP version the
@@ -156,9 +156,6 @@ pub(crate) fn connect_fresh(
             }
         };
         let _ = peer.drain();
-        if let Some(start) = connected.start.take() {
-            start();
-        }
         return Ok((peer, connected));
     }
     Err(format!(

@@ -46,9 +46,6 @@ pub struct Connected {
     pub gid: Ipv6Addr,
     /// Ends the out-of-band side, if the program expects an ending.
     pub close: Option<Box<dyn FnOnce() + Send>>,
-    /// Starts what the target sends of its own accord, once the probe is ready to see it
-    /// (the in-process target's READs); programs reached out of band start by themselves.
-    pub start: Option<Box<dyn FnOnce() + Send>>,
 }
 
 impl std::fmt::Debug for Connected {
@@ -281,7 +278,6 @@ impl OobTarget {
                 },
                 gid: d.gid,
                 close: None,
-                start: None,
             });
         }
         let _ = stream.set_nodelay(true);
@@ -329,7 +325,6 @@ impl OobTarget {
                 remote,
                 gid: theirs.gid,
                 close: None,
-                start: None,
             });
         }
         // The target connects its QP between these; the last follows its move to RTR.
@@ -347,7 +342,6 @@ impl OobTarget {
             remote,
             gid: theirs.gid,
             close: Some(Box::new(close)),
-            start: None,
         })
     }
 }

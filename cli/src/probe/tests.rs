@@ -422,7 +422,6 @@ fn a_target_announcing_another_ip_version_is_reached_at_its_gid() {
                 close: Some(Box::new(move || {
                     closed.fetch_add(1, Ordering::SeqCst);
                 })),
-                start: None,
             })
         }
     }
