@@ -69,7 +69,7 @@ fn build(op: Opcode, i: u32, v6: bool, vlan: bool) -> Built {
         BthRepr::new(op, qp, Psn::new(psn))
     };
     bth.pad_count = pad_for(payload.len());
-    bth.ack_req = i % 2 == 0 && op != Opcode::CNP;
+    bth.ack_req = i.is_multiple_of(2) && op != Opcode::CNP;
     let ip = if v6 {
         IpRepr::V6 {
             src: Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1),
@@ -125,7 +125,7 @@ fn tshark_decodes_what_ferroce_emits() {
     for (i, op) in Opcode::all().enumerate() {
         let i = i as u32;
         packets.push(build(op, i, false, false));
-        packets.push(build(op, i + 100, true, i % 3 == 0));
+        packets.push(build(op, i + 100, true, i.is_multiple_of(3)));
     }
     let dir = std::env::temp_dir().join(format!("ferroce-tshark-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

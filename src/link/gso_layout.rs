@@ -169,7 +169,8 @@ impl Chooser {
             }
         }
         self.epoch = self.epoch.wrapping_add(1);
-        let probe = self.cost[index(other(self.best))].is_none() || self.epoch % PROBE_EVERY == 0;
+        let probe =
+            self.cost[index(other(self.best))].is_none() || self.epoch.is_multiple_of(PROBE_EVERY);
         let next = if probe && !self.linear_off {
             other(self.best)
         } else {
@@ -353,7 +354,11 @@ mod tests {
         let mut n = 0u64;
         for _ in 0..WARMUP + SAMPLES {
             n += 1;
-            let ns = if n % 8 == 0 { 3_000_000 } else { 100 * 64 };
+            let ns = if n.is_multiple_of(8) {
+                3_000_000
+            } else {
+                100 * 64
+            };
             c.record(Layout::Fragments, ns, 64 << 10);
         }
         epoch(&mut c, |_| 150);

@@ -158,7 +158,7 @@ struct Plan {
 }
 
 fn run(c: &Case) -> Result<(), TestCaseError> {
-    let mut sim = Sim::new(c.seed, 2, c.seed % 2 == 0);
+    let mut sim = Sim::new(c.seed, 2, c.seed.is_multiple_of(2));
     // Half the cases split their WRITEs into WRITE ONLY packets, as over a GSO link.
     for node in &mut sim.nodes {
         node.set_split_writes(c.seed % 4 < 2);

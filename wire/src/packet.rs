@@ -52,7 +52,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
         let body = b.len() - hdr - ICRC_LEN;
         // InfiniBand packets are whole 4-byte words, and so is every header: payload plus
         // pad must be too, which makes the pad count the one `Repr::emit` derives.
-        if usize::from(bth.pad_count()) > body || body % 4 != 0 {
+        if usize::from(bth.pad_count()) > body || !body.is_multiple_of(4) {
             return Err(Error::BadPad);
         }
         if !op.has_payload() && body != 0 {

@@ -69,7 +69,7 @@ impl Qp {
             if len != 8 || wr.sg_list.len() != 1 {
                 return Err(Error::InvalidWr("atomics take one 8-byte SGE"));
             }
-            if wr.remote_addr % 8 != 0 {
+            if !wr.remote_addr.is_multiple_of(8) {
                 return Err(Error::InvalidWr("atomic remote address not 8-byte aligned"));
             }
         }

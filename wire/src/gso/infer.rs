@@ -96,7 +96,7 @@ fn infer(ip_packet: &[u8], valid: &mut dyn FnMut(&[u8]) -> bool) -> Option<usize
 /// (bytes 5-7), and an opcode of the same service (the top three bits of byte 0).
 fn segments_start_with_bths(udp: &[u8], size: usize, first: &[u8]) -> bool {
     let len = udp.len();
-    if len <= size || len % 4 != 0 {
+    if len <= size || !len.is_multiple_of(4) {
         return false;
     }
     let last = len - (len - 1) / size * size;

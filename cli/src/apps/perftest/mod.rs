@@ -262,7 +262,7 @@ impl Spinner {
     /// instead, for the caller's deadlines.
     fn idle(&mut self) -> Option<Instant> {
         self.0 = self.0.wrapping_add(1);
-        if self.0 % Self::CLOCK_EVERY == 0 {
+        if self.0.is_multiple_of(Self::CLOCK_EVERY) {
             Some(Instant::now())
         } else {
             std::hint::spin_loop();
