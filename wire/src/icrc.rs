@@ -58,7 +58,7 @@ static TABLE: crc::Crc<u32, crc::Table<16>> =
 
 /// The CRC-32 of `init`'s bytes followed by `a` then `b`, where `init` is the CRC-32 of
 /// the bytes before (0 for none).
-fn crc_continue(engine: Engine, init: u32, a: &[u8], b: &[u8]) -> u32 {
+pub(crate) fn crc_continue(engine: Engine, init: u32, a: &[u8], b: &[u8]) -> u32 {
     match engine {
         Engine::Simd => {
             let mut h = crc32fast::Hasher::new_with_initial(init);
@@ -81,7 +81,7 @@ const MAX_MASKED: usize = 60 + 8 + 12;
 
 /// The CRC-32 of the eight 0xff bytes that stand for the masked LRH: the state every ICRC
 /// starts from (`crc32fast::hash(&[0xff; 8])`, checked by a test).
-const LRH_CRC: u32 = 0x2144_df1c;
+pub(crate) const LRH_CRC: u32 = 0x2144_df1c;
 
 /// The CRC-32 of [`IPV4_UDP_HEAD`] zero bytes: the affine part [`HeadPatch`] cancels out of
 /// every change's CRC (`crc32fast::hash(&[0; 28])`, checked by a test), computed once
@@ -212,7 +212,7 @@ const POLY: u32 = 0xedb8_8320;
 
 /// `a · b mod P` for polynomials over GF(2) in the CRC's reflected order (bit 31 is
 /// x^0): what a CRC state becomes after a run of zero bytes is such a product.
-fn mul_mod(a: u32, mut b: u32) -> u32 {
+pub fn mul_mod(a: u32, mut b: u32) -> u32 {
     let mut p = 0;
     for i in 0..32 {
         if a & (0x8000_0000 >> i) != 0 {
@@ -224,7 +224,7 @@ fn mul_mod(a: u32, mut b: u32) -> u32 {
 }
 
 /// x^(8·bytes) mod P: the operator that carries a CRC state past `bytes` zero bytes.
-fn shift_op(bytes: usize) -> u32 {
+pub(crate) fn shift_op(bytes: usize) -> u32 {
     let mut result = 0x8000_0000; // x^0
     let mut base = 0x0080_0000; // x^8
     let mut n = bytes;

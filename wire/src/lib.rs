@@ -33,6 +33,7 @@ pub mod deth;
 pub mod frame;
 pub mod gso;
 pub mod icrc;
+pub mod icrc_fold;
 pub mod ieth;
 pub mod immdt;
 pub mod ipv4;
