@@ -132,6 +132,9 @@ counters! {
     tx_queue_full,
     /// `poll_transmit` buffers too small for the next packet.
     tx_buf_too_small,
+    /// Packets whose payload was folded into the ICRC while it was copied into the frame
+    /// (`ferroce_wire::icrc_fold`).
+    tx_icrc_folded,
     /// Completions dropped because their CQ was full.
     cq_overflow,
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use core::net::{IpAddr, Ipv6Addr};
 
+use ferroce_wire::icrc_fold::{self, PayloadCrc, ShiftOps};
 use ferroce_wire::{
     icrc, BthRepr, DatagramRepr, DatagramView, ExtRepr, IbRepr, IpRepr, Opcode, Psn, Service,
 };
@@ -122,6 +123,8 @@ pub struct Endpoint {
     /// The QP numbers this endpoint may hand out.
     qpn_space: QpnSpace,
     ip_id: u16,
+    /// Operators that carry a header's CRC past a folded payload, by payload length.
+    shift_ops: ShiftOps,
     /// Multicast groups and their UD QPs.
     groups: Groups,
 }
@@ -183,6 +186,7 @@ impl Endpoint {
             burst: None,
             qpn_space: QpnSpace::Any,
             ip_id: 0,
+            shift_ops: ShiftOps::default(),
             groups: Groups::default(),
         }
     }
@@ -1084,9 +1088,23 @@ impl Endpoint {
             },
         };
         let total = hl + m.ib_len;
-        if d.emit_ip_udp(&mut buf[..hl], m.ib_len).is_err()
-            || icrc::fill(&mut buf[..total]).is_err()
-        {
+        if d.emit_ip_udp(&mut buf[..hl], m.ib_len).is_err() {
+            self.counters.tx_buf_too_small += 1;
+            return None;
+        }
+        let filled = match (m.payload_crc, icrc_fold::active()) {
+            (Some(p), Some(fold)) => {
+                let p = PayloadCrc {
+                    start: hl + p.start,
+                    ..p
+                };
+                let r = icrc_fold::fill_folded(&mut buf[..total], p, fold, &mut self.shift_ops);
+                self.counters.tx_icrc_folded += u64::from(r.is_ok());
+                r
+            }
+            _ => icrc::fill(&mut buf[..total]),
+        };
+        if filled.is_err() {
             self.counters.tx_buf_too_small += 1;
             return None;
         }

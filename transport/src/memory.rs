@@ -18,6 +18,8 @@
 use std::fmt;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use ferroce_wire::icrc_fold::{self, Fold};
+
 /// A remote atomic operation on one naturally aligned 8-byte word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AtomicOp {
@@ -63,6 +65,18 @@ pub trait RegionMemory: Send + Sync + fmt::Debug {
 
     /// Copies `data` into the memory at `offset`.
     fn write_at(&self, offset: usize, data: &[u8]) -> bool;
+
+    /// [`read_at`](RegionMemory::read_at) that also folds the bytes into `crc` (a finished
+    /// CRC-32 of what came before) with `fold`, and returns the new CRC, or `None` without
+    /// touching memory for a range outside `0..len()`. The default copies, then hashes the
+    /// copy; kinds that can hand `fold` their bytes as a slice fold while copying.
+    fn read_at_folding(&self, offset: usize, out: &mut [u8], crc: u32, fold: &Fold) -> Option<u32> {
+        let _ = fold;
+        if !self.read_at(offset, out) {
+            return None;
+        }
+        Some(icrc_fold::continue_crc(crc, out))
+    }
 
     /// Performs `op` on the 8 bytes at `offset`, read as a little-endian u64 (the host
     /// order of x86 and arm, where rxe accesses a native `u64`), atomically with respect
@@ -131,6 +145,14 @@ impl<B: AsRef<[u8]> + AsMut<[u8]> + Send> RegionMemory for OwnedMemory<B> {
                 true
             }
             _ => false,
+        }
+    }
+
+    fn read_at_folding(&self, offset: usize, out: &mut [u8], crc: u32, fold: &Fold) -> Option<u32> {
+        let g = self.lock();
+        match g.as_ref().get(offset..offset.wrapping_add(out.len())) {
+            Some(s) if in_bounds(offset, out.len(), self.len) => Some((fold.copy)(out, s, crc)),
+            _ => None,
         }
     }
 

@@ -15,6 +15,7 @@ pub(crate) use crate::memory::AtomicOp;
 use crate::memory::RegionMemory;
 use crate::random::Random;
 use crate::sge::{PdId, Sge};
+use ferroce_wire::icrc_fold::Fold;
 
 mod mw;
 use mw::Window;
@@ -410,6 +411,29 @@ impl MrTable {
         }
     }
 
+    /// [`MrTable::read`] that folds the bytes into `crc` as it copies them
+    /// ([`RegionMemory::read_at_folding`]) and returns the new CRC.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn read_folding(
+        &self,
+        key: u32,
+        kind: KeyKind,
+        pd: PdId,
+        addr: u64,
+        need: Access,
+        out: &mut [u8],
+        crc: u32,
+        fold: &Fold,
+    ) -> Result<u32, MrError> {
+        let c = self.check(key, kind, pd, addr, out.len() as u64, need)?;
+        self.memory_of(c)?
+            .read_at_folding(c.offset, out, crc, fold)
+            .ok_or(MrError::OutOfBounds {
+                addr,
+                len: out.len() as u64,
+            })
+    }
+
     /// Copies bytes into a region.
     pub(crate) fn write(
         &self,
@@ -442,7 +466,7 @@ impl MrTable {
         addr: u64,
         op: AtomicOp,
     ) -> Result<u64, MrError> {
-        if addr % 8 != 0 {
+        if !addr.is_multiple_of(8) {
             return Err(MrError::Misaligned(addr));
         }
         let remote = KeyKind::Remote { qpn };
@@ -471,6 +495,33 @@ impl MrTable {
                 &mut out[range],
             )
         })
+    }
+
+    /// [`MrTable::gather`] that folds the bytes into a CRC as it copies them: returns
+    /// what [`Fold::copy`] gives for `out`, started from `0xffff_ffff`.
+    pub(crate) fn gather_folding(
+        &self,
+        pd: PdId,
+        sges: &[Sge],
+        offset: u64,
+        out: &mut [u8],
+        fold: &Fold,
+    ) -> Result<u32, MrError> {
+        let mut crc = !0;
+        walk_sges(sges, offset, out.len(), |lkey, addr, range| {
+            crc = self.read_folding(
+                lkey,
+                KeyKind::Local,
+                pd,
+                addr,
+                Access::empty(),
+                &mut out[range],
+                crc,
+                fold,
+            )?;
+            Ok(())
+        })?;
+        Ok(crc)
     }
 
     /// Scatters `data` starting `offset` bytes into the concatenation of `sges`, which

@@ -3,6 +3,7 @@
 
 use core::net::Ipv6Addr;
 
+use ferroce_wire::icrc_fold::PayloadCrc;
 use ferroce_wire::packet::{pad_for, ICRC_LEN};
 use ferroce_wire::{BthRepr, ExtRepr, IbRepr};
 
@@ -27,6 +28,8 @@ pub(crate) struct TxMeta {
     pub paced: bool,
     /// Silences in a row over what this packet repeats ([`crate::Transmit::silences`]).
     pub silences: u8,
+    /// The payload's CRC, folded while it was copied (start counted in the IB packet).
+    pub payload_crc: Option<PayloadCrc>,
 }
 
 /// Bytes of IP plus UDP header toward `dst`.
@@ -48,6 +51,23 @@ pub(crate) fn write_ib<E>(
     payload_len: usize,
     fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
 ) -> Result<Option<usize>, E> {
+    let w = write_ib_folding(buf, bth, ext, payload_len, |p| fill(p).map(|()| None))?;
+    Ok(w.map(|(n, _)| n))
+}
+
+/// [`write_ib`] whose `fill` may fold the payload into a CRC as it copies it
+/// ([`ferroce_wire::icrc_fold`]): `Some` of what [`Fold::copy`] returned for the payload,
+/// started from `0xffff_ffff`. Returns the IB packet length and, for a folded payload, its
+/// CRC over payload and pad, with the payload's start in the IB packet.
+///
+/// [`Fold::copy`]: ferroce_wire::icrc_fold::Fold
+pub(crate) fn write_ib_folding<E>(
+    buf: &mut [u8],
+    bth: BthRepr,
+    ext: ExtRepr,
+    payload_len: usize,
+    fill: impl FnOnce(&mut [u8]) -> Result<Option<u32>, E>,
+) -> Result<Option<(usize, Option<PayloadCrc>)>, E> {
     let repr = IbRepr {
         bth,
         ext,
@@ -61,7 +81,7 @@ pub(crate) fn write_ib<E>(
     let Ok(hl) = repr.emit_headers(buf, payload_len) else {
         return Ok(None);
     };
-    fill(&mut buf[hl..hl + payload_len])?;
+    let folded = fill(&mut buf[hl..hl + payload_len])?;
     // Zero pad (0 to 3 bytes) and ICRC room: 4 to 7 bytes, covered by two overlapping
     // 4-byte stores. A `fill` of a length known only at run time is a call to memset for
     // every packet (2% of the engine benchmark's time).
@@ -69,7 +89,7 @@ pub(crate) fn write_ib<E>(
     let n = tail.len();
     tail[..ICRC_LEN].copy_from_slice(&[0; ICRC_LEN]);
     tail[n - ICRC_LEN..].copy_from_slice(&[0; ICRC_LEN]);
-    Ok(Some(total))
+    Ok(Some((total, folded.map(|c| PayloadCrc::new(hl, c, pad)))))
 }
 
 #[cfg(test)]

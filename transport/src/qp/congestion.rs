@@ -216,6 +216,7 @@ impl Qp {
             ecn: Some(ECN_NOT_ECT),
             paced: false,
             silences: 0,
+            payload_crc: None,
         })
     }
 }

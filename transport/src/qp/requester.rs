@@ -12,6 +12,7 @@
 
 use core::net::Ipv6Addr;
 
+use ferroce_wire::icrc_fold::{self, PayloadCrc};
 use ferroce_wire::{
     AtomicEthRepr, BthRepr, DethRepr, ExtRepr, IethRepr, ImmDtRepr, Opcode, Operation, Position,
     Psn, RethRepr, Service,
@@ -20,7 +21,7 @@ use ferroce_wire::{
 use crate::mr::Access;
 use crate::qp::timers::Timer;
 use crate::qp::{ack_timeout, Ctx, Qp, MAX_PKTS_PER_ACK};
-use crate::tx::{ip_udp_len, write_ib, TxMeta};
+use crate::tx::{ip_udp_len, write_ib_folding, TxMeta};
 use crate::verbs::{QpState, QpType, SendFlags, WcStatus, WrOpcode};
 
 /// The requester's own state: where it is in the send queue and which PSNs it used.
@@ -146,7 +147,7 @@ impl Qp {
         };
         req.bth.opcode = opcode;
         let hl = ip_udp_len(&req.dst);
-        let ib_len = self.payload(ctx, &req, buf.get_mut(hl..)?)?;
+        let (ib_len, payload_crc) = self.payload(ctx, &req, buf.get_mut(hl..)?)?;
         self.commit(ctx, &req);
         Some(TxMeta {
             dst: req.dst,
@@ -158,6 +159,7 @@ impl Qp {
             ecn: None,
             paced: true,
             silences: self.comp.timeouts_in_a_row(),
+            payload_crc,
         })
     }
 
@@ -444,28 +446,43 @@ impl Qp {
     }
 
     /// Payload: writes the packet into `out` (IB headers, then the payload gathered
-    /// from registered memory or the inline copy); returns its IB length. A gather
-    /// failure is a local protection error of the WQE.
-    fn payload(&mut self, ctx: &mut Ctx<'_>, req: &Request, out: &mut [u8]) -> Option<usize> {
+    /// from registered memory or the inline copy); returns its IB length and, where the
+    /// payload was folded into a CRC as it was gathered ([`icrc_fold`]), that CRC. A
+    /// gather failure is a local protection error of the WQE.
+    fn payload(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        req: &Request,
+        out: &mut [u8],
+    ) -> Option<(usize, Option<PayloadCrc>)> {
         let w = &self.sq[req.idx];
         let offset = req.offset;
         let pd = self.pd;
-        let res = write_ib(
+        let fold =
+            icrc_fold::active().filter(|_| req.payload_len as usize >= icrc_fold::MIN_PAYLOAD);
+        let res = write_ib_folding(
             out,
             req.bth,
             req.ext,
             req.payload_len as usize,
-            |out| match &w.inline {
-                Some(data) => {
+            |out| match (&w.inline, fold) {
+                (Some(data), _) => {
                     let s = offset as usize;
                     out.copy_from_slice(&data[s..s + out.len()]);
-                    Ok(())
+                    Ok(None)
                 }
-                None => ctx.mrs.gather(pd, &w.wr.sg_list, u64::from(offset), out),
+                (None, Some(f)) => ctx
+                    .mrs
+                    .gather_folding(pd, &w.wr.sg_list, u64::from(offset), out, f)
+                    .map(Some),
+                (None, None) => ctx
+                    .mrs
+                    .gather(pd, &w.wr.sg_list, u64::from(offset), out)
+                    .map(|()| None),
             },
         );
         match res {
-            Ok(Some(n)) => Some(n),
+            Ok(Some(w)) => Some(w),
             Ok(None) => None,
             Err(e) => {
                 tracing::debug!(qpn = self.qpn, %e, "gather failed");

@@ -3,6 +3,7 @@
 
 use core::net::Ipv6Addr;
 
+use ferroce_wire::icrc_fold;
 use ferroce_wire::{
     AethRepr, AtomicAckEthRepr, BthRepr, ExtRepr, NakCode, Opcode, Operation, Position, Service,
     Syndrome,
@@ -12,7 +13,7 @@ use super::{ReadRes, Resource, RespOut};
 use crate::mr::Access;
 use crate::qp::requester::{packets, position};
 use crate::qp::{Ctx, Qp};
-use crate::tx::{ip_udp_len, write_ib, TxMeta};
+use crate::tx::{ip_udp_len, write_ib, write_ib_folding, TxMeta};
 use crate::verbs::{QpState, QpType};
 
 impl Qp {
@@ -45,6 +46,7 @@ impl Qp {
         let out = buf.get_mut(hl..)?;
         // A replayed READ stream answers a repeated request: its sending before was lost.
         let mut silences = 0;
+        let mut payload_crc = None;
         let ib_len = match item {
             RespOut::Ack { psn, syndrome } => {
                 self.resp.out.pop_front();
@@ -96,16 +98,27 @@ impl Qp {
                 let pd = self.pd;
                 let key_kind = self.remote_key();
                 let at = va.wrapping_add(off);
-                let r = write_ib(out, bth, ext, plen as usize, |o| {
+                let fold = icrc_fold::active().filter(|_| plen as usize >= icrc_fold::MIN_PAYLOAD);
+                let r = write_ib_folding(out, bth, ext, plen as usize, |o| {
                     if o.is_empty() {
                         // A zero-length READ names no memory: its R_Key and VA were not
                         // checked (C9-88) and are not used.
-                        return Ok(());
+                        return Ok(None);
                     }
-                    ctx.mrs.read(rkey, key_kind, pd, at, Access::REMOTE_READ, o)
+                    match fold {
+                        Some(f) => ctx
+                            .mrs
+                            .read_folding(rkey, key_kind, pd, at, Access::REMOTE_READ, o, !0, f)
+                            .map(Some),
+                        None => ctx
+                            .mrs
+                            .read(rkey, key_kind, pd, at, Access::REMOTE_READ, o)
+                            .map(|()| None),
+                    }
                 });
                 match r {
-                    Ok(Some(n)) => {
+                    Ok(Some((n, folded))) => {
+                        payload_crc = folded;
                         let done = matches!(pos, Position::Last | Position::Only);
                         if let Some(Resource::Read(r)) = self.resp.res.get_mut(res) {
                             r.next += 1;
@@ -138,6 +151,7 @@ impl Qp {
             ecn: None,
             paced,
             silences,
+            payload_crc,
         })
     }
 }
