@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use ferroce_transport::{in_bounds, AtomicOp, RegionMemory};
+use ferroce_wire::icrc_fold::Fold;
 
 /// `len` bytes at `ptr` that someone else owns: a C program's buffer (`ibv_reg_mr`) or a
 /// Rust buffer borrowed for a [`scope`](crate::verbs::ProtectionDomain::scope).
@@ -108,6 +109,22 @@ impl RegionMemory for RawMemory {
         true
     }
 
+    fn read_at_folding(&self, offset: usize, out: &mut [u8], crc: u32, fold: &Fold) -> Option<u32> {
+        let live = self.enter();
+        if !*live || !in_bounds(offset, out.len(), self.len) {
+            return None;
+        }
+        // SAFETY: the range lies inside the allocation `new`'s contract keeps valid until
+        // `revoke` (both checked above, under the lock), and the lock excludes every other
+        // access ferroce makes, so no Rust reference to these bytes exists while this
+        // shared one lives; it does not outlive the lock's guard. `out` is a distinct Rust
+        // buffer. A C program writing the buffer meanwhile races this read exactly as it
+        // races `read_at`'s copy (the bytes sent are unspecified, as on any RDMA device);
+        // the kernel reads each byte once.
+        let src = unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(offset), out.len()) };
+        Some((fold.copy)(out, src, crc))
+    }
+
     fn write_at(&self, offset: usize, data: &[u8]) -> bool {
         let live = self.enter();
         if !*live || !in_bounds(offset, data.len(), self.len) {
@@ -127,7 +144,7 @@ impl RegionMemory for RawMemory {
         }
         // SAFETY: the 8 bytes lie inside the allocation (checked above).
         let p = unsafe { self.ptr.as_ptr().add(offset) };
-        if (p as usize) % 8 == 0 {
+        if (p as usize).is_multiple_of(8) {
             // SAFETY: `p` is 8-aligned and valid for 8 bytes of reads and writes for the
             // life of `self`; a C program using CPU atomics on the same word sees a real
             // atomic read-modify-write.

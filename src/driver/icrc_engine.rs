@@ -12,6 +12,9 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use ferroce_wire::icrc::{self, Engine};
+use ferroce_wire::icrc_fold;
+
+use crate::link::copy_fold;
 
 /// The table must be this much faster to be chosen: a clear win, not timing noise.
 const TABLE_MARGIN: f64 = 0.8;
@@ -25,6 +28,8 @@ const PER_ROUND: usize = 8;
 pub(crate) struct Choice {
     pub engine: Engine,
     pub why: String,
+    /// Whether payloads are folded into the ICRC as they are copied, and why.
+    pub fold: String,
 }
 
 /// The process's choice, made (and applied) on first use.
@@ -32,11 +37,40 @@ pub(crate) fn choice() -> &'static Choice {
     static CHOICE: OnceLock<Choice> = OnceLock::new();
     CHOICE.get_or_init(|| {
         let env = std::env::var("FERROCE_ICRC").ok();
-        let c = decide(env.as_deref(), measure);
+        let mut c = decide(env.as_deref(), measure);
         icrc::set_engine(c.engine);
-        tracing::info!(engine = c.engine.name(), why = %c.why, "ICRC engine");
+        let kernel = copy_fold::kernel();
+        let env = std::env::var("FERROCE_COPY_FOLD").ok();
+        let (on, why) = fold_choice(c.engine, env.as_deref(), kernel.as_ref());
+        if let Some(k) = kernel {
+            icrc_fold::install(k);
+        }
+        icrc_fold::set_enabled(on);
+        c.fold = why;
+        tracing::info!(engine = c.engine.name(), why = %c.why, fold = %c.fold, "ICRC engine");
         c
     })
+}
+
+/// Whether payloads are folded into the ICRC as they are copied, with `kernel` (this CPU's,
+/// if any), unless `env` (`FERROCE_COPY_FOLD`) is `0`; and why, for `--stats`. Only the
+/// SIMD engine folds: where the table wins (under an emulator) carry-less multiplication
+/// is slow too.
+fn fold_choice(
+    engine: Engine,
+    env: Option<&str>,
+    kernel: Option<&icrc_fold::Fold>,
+) -> (bool, String) {
+    let Some(k) = kernel else {
+        return (false, format!("off ({})", copy_fold::missing()));
+    };
+    if env == Some("0") {
+        return (false, "off (FERROCE_COPY_FOLD=0)".into());
+    }
+    match engine {
+        Engine::Simd => (true, format!("on ({})", k.name)),
+        Engine::Table => (false, "off (the table engine computes ICRCs)".into()),
+    }
 }
 
 /// The choice for `env` (the value of `FERROCE_ICRC`), timing the engines with `measure`
@@ -47,12 +81,14 @@ fn decide(env: Option<&str>, measure: impl FnOnce() -> (f64, f64)) -> Choice {
             return Choice {
                 engine: Engine::Simd,
                 why: "FERROCE_ICRC=simd".into(),
+                fold: String::new(),
             }
         }
         Some("table") => {
             return Choice {
                 engine: Engine::Table,
                 why: "FERROCE_ICRC=table".into(),
+                fold: String::new(),
             }
         }
         Some(other) => tracing::warn!(
@@ -74,6 +110,7 @@ fn decide(env: Option<&str>, measure: impl FnOnce() -> (f64, f64)) -> Choice {
             fast / 1e3,
             slow / 1e3
         ),
+        fold: String::new(),
     }
 }
 
@@ -113,6 +150,24 @@ mod tests {
         assert_eq!(decide(Some("table"), never).engine, Engine::Table);
         assert_eq!(decide(Some("simd"), never).engine, Engine::Simd);
         assert_eq!(decide(Some("table"), never).why, "FERROCE_ICRC=table");
+    }
+
+    #[test]
+    fn payloads_are_folded_only_with_a_kernel_the_simd_engine_and_no_veto() {
+        let k = icrc_fold::Fold {
+            name: "test-kernel",
+            ..icrc_fold::Fold::REFERENCE
+        };
+        let on = fold_choice(Engine::Simd, None, Some(&k));
+        assert_eq!(on, (true, "on (test-kernel)".to_string()));
+        assert!(fold_choice(Engine::Simd, Some("1"), Some(&k)).0);
+        assert_eq!(
+            fold_choice(Engine::Simd, Some("0"), Some(&k)),
+            (false, "off (FERROCE_COPY_FOLD=0)".to_string())
+        );
+        assert!(!fold_choice(Engine::Table, None, Some(&k)).0);
+        let none = fold_choice(Engine::Simd, None, None);
+        assert_eq!(none, (false, format!("off ({})", copy_fold::missing())));
     }
 
     #[test]

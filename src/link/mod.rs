@@ -10,6 +10,7 @@
 //!
 //! All `unsafe` of the library's I/O lives in this module's system-call wrappers
 //! (`af_packet`, `packet_ring`, `udp_guard`, `eventfd`, `timerfd`, `interface`, `sched`),
+//! and the CPU-specific kernel that copies payloads into frames (`copy_fold`),
 //! each block with its `// SAFETY:` argument.
 
 use std::collections::BTreeSet;
@@ -20,6 +21,7 @@ use std::os::fd::RawFd;
 pub mod af_packet;
 mod batch;
 pub mod bpf;
+pub mod copy_fold;
 pub mod eventfd;
 pub mod gso;
 pub mod gso_layout;

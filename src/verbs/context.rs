@@ -280,10 +280,11 @@ impl Context {
     }
 
     /// The CRC-32 routine computing ICRCs in this process (`simd` or `table`) and why:
-    /// chosen by timing both when the first device opened, or by `FERROCE_ICRC`.
+    /// chosen by timing both when the first device opened, or by `FERROCE_ICRC`; then
+    /// whether payloads are folded into the ICRC as they are copied, and why.
     pub fn icrc_engine(&self) -> String {
         let c = crate::driver::icrc_engine::choice();
-        format!("{} ({})", c.engine.name(), c.why)
+        format!("{} ({}), copy fold {}", c.engine.name(), c.why, c.fold)
     }
 
     /// Whether RC RDMA WRITEs leave as one WRITE ONLY packet each (see

@@ -28,6 +28,12 @@
 #      and as client, and through both ways of sending them: rc-ops completes, the
 #      joining end paused joining toward it (gso_peer_pauses >= 1); the ringless end
 #      dropped and counted what came cut short (rx_socket_drops >= 1).
+#   7. Payloads folded into the ICRC as they are copied into the frame (`copy fold` on
+#      the --stats `icrc:` line): where an end says it folds, its tx_icrc_folded counter
+#      rose (WRITE/SEND data from the client, READ responses from the server) and the peer
+#      counted no ICRC error; where it says it cannot (a CPU without AVX-512 and
+#      VPCLMULQDQ), the counter stayed 0; and FERROCE_COPY_FOLD=0 at the client turns its
+#      folding off (said, counter 0) while the server goes on.
 #   tests/netns/gso.sh [FERROCE_BINARY]      (needs root: namespaces, veth; Linux >= 6.2)
 # Prints PASS/FAIL lines and "gso: N passed, M failed"; exit 0 iff all pass.
 set -u
@@ -73,6 +79,19 @@ run() {
   fi
 }
 
+# fold_check NAME FILE: FILE's end folded payloads into ICRCs exactly as its `icrc:` line
+# says (counter above 0 when on, 0 when off), and sent no packet its peer refused.
+fold_check() {
+  local n=$1 f=$2 line folded
+  line=$(grep -h '^icrc:' "$f" | head -1) folded=$(counter "$f" tx_icrc_folded)
+  echo "    ${f##*/}: $line; tx_icrc_folded=$folded"
+  case "$line" in
+    *"copy fold on ("*) if [ "$folded" -gt 0 ]; then ok "$n: ${f##*/} folded $folded payloads into their ICRCs while copying"; else ko "$n: ${f##*/} says it folds, folded none" "$f"; fi ;;
+    *"copy fold off ("*) if [ "$folded" = 0 ]; then ok "$n: ${f##*/} folds nothing, as it says (${line##*copy fold })"; else ko "$n: ${f##*/} says off, folded $folded" "$f"; fi ;;
+    *) ko "$n: ${f##*/} printed no copy fold state" "$f" ;;
+  esac
+}
+
 for mtu in 1500 9000; do
   ip -n $A link set gso-va mtu $mtu up; ip -n $B link set gso-vb mtu $mtu up
   n=mtu$mtu
@@ -95,6 +114,7 @@ for mtu in 1500 9000; do
   else
     ko "$n: super-frame counters (bad=$bad)" "$c" "$s"
   fi
+  fold_check "$n" "$c"; fold_check "$n" "$s"
   # The UDP-socket way at both ends: the kernel builds the headers, so every segment's
   # ICRC must have been computed for its identification and the socket's source port.
   n=udp$mtu
@@ -198,6 +218,17 @@ if grep -q '^link: .* gso=off (FERROCE_GSO=0)$' "$c" && ! grep -q '^writes: spli
 else
   ko "FERROCE_GSO=0 at the client" "$c" "$s"
 fi
+# Folding turned off at the client only: it says so and folds nothing; the server's READ
+# responses are folded as before (where its CPU can), and no end counts an ICRC error.
+run fold-off-client 4096 FERROCE_COPY_FOLD=0
+c=$out/fold-off-client.client s=$out/fold-off-client.server
+if grep -q '^icrc: .*copy fold off (FERROCE_COPY_FOLD=0)$' "$c" && [ "$(counter "$c" tx_icrc_folded)" = 0 ] &&
+  [ "$(( $(counter "$c" rx_icrc_err) + $(counter "$s" rx_icrc_err) ))" = 0 ]; then
+  ok "FERROCE_COPY_FOLD=0: the client says so and folds nothing"
+else
+  ko "FERROCE_COPY_FOLD=0 at the client" "$c" "$s"
+fi
+fold_check fold-off-client "$s"
 # `ferroce devinfo -v` says the same as --stats: the mode in use, and why when off.
 dv=$out/devinfo.on dvoff=$out/devinfo.off
 ip netns exec $A "$F" devinfo -v -d gso-va >"$dv" 2>&1
