@@ -61,12 +61,12 @@ fn fold_choice(
     env: Option<&str>,
     kernel: Option<&icrc_fold::Fold>,
 ) -> (bool, String) {
-    let Some(k) = kernel else {
-        return (false, format!("off ({})", copy_fold::missing()));
-    };
     if env == Some("0") {
         return (false, "off (FERROCE_COPY_FOLD=0)".into());
     }
+    let Some(k) = kernel else {
+        return (false, format!("off ({})", copy_fold::missing()));
+    };
     match engine {
         Engine::Simd => (true, format!("on ({})", k.name)),
         Engine::Table => (false, "off (the table engine computes ICRCs)".into()),
@@ -168,6 +168,11 @@ mod tests {
         assert!(!fold_choice(Engine::Table, None, Some(&k)).0);
         let none = fold_choice(Engine::Simd, None, None);
         assert_eq!(none, (false, format!("off ({})", copy_fold::missing())));
+        // The veto is the reason given whatever the CPU.
+        assert_eq!(
+            fold_choice(Engine::Simd, Some("0"), None).1,
+            "off (FERROCE_COPY_FOLD=0)"
+        );
     }
 
     #[test]
