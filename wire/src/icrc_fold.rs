@@ -3,8 +3,8 @@
 //! A sender copies each packet's payload from the application's memory into the frame and
 //! then ran the ICRC over the frame a second time. Where the CPU has 512-bit carry-less
 //! multiplication (VPCLMULQDQ), the bytes can be folded into a CRC as they are copied:
-//! natively a 1 KiB payload took 30 ns copied and folded in one pass against 44 ns copied
-//! then hashed. The payload comes after the headers, but the transport writes the IP and
+//! natively a 1 KiB payload into a cold frame took 64 ns copied and folded in one pass
+//! against 92 ns copied then hashed (4 KiB: 172 against 216). The payload comes after the headers, but the transport writes the IP and
 //! UDP headers last, so the payload's CRC is taken on its own, from a zero register, and
 //! joined to the headers' afterwards: the CRC is linear, so the register after headers and
 //! payload is the headers' register carried past the payload (a multiplication by
