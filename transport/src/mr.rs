@@ -400,15 +400,9 @@ impl MrTable {
         need: Access,
         out: &mut [u8],
     ) -> Result<(), MrError> {
-        let c = self.check(key, kind, pd, addr, out.len() as u64, need)?;
-        if self.memory_of(c)?.read_at(c.offset, out) {
-            Ok(())
-        } else {
-            Err(MrError::OutOfBounds {
-                addr,
-                len: out.len() as u64,
-            })
-        }
+        self.copy_out(key, kind, pd, addr, need, out.len(), |m, at| {
+            m.read_at(at, out).then_some(())
+        })
     }
 
     /// [`MrTable::read`] that folds the bytes into `crc` as it copies them
@@ -425,13 +419,29 @@ impl MrTable {
         crc: u32,
         fold: &Fold,
     ) -> Result<u32, MrError> {
-        let c = self.check(key, kind, pd, addr, out.len() as u64, need)?;
-        self.memory_of(c)?
-            .read_at_folding(c.offset, out, crc, fold)
-            .ok_or(MrError::OutOfBounds {
-                addr,
-                len: out.len() as u64,
-            })
+        self.copy_out(key, kind, pd, addr, need, out.len(), |m, at| {
+            m.read_at_folding(at, out, crc, fold)
+        })
+    }
+
+    /// Checks `len` bytes at `addr` under `key` and hands `copy` the region's memory and
+    /// the offset in it; a copy the memory refuses is out of bounds.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_out<R>(
+        &self,
+        key: u32,
+        kind: KeyKind,
+        pd: PdId,
+        addr: u64,
+        need: Access,
+        len: usize,
+        copy: impl FnOnce(&dyn RegionMemory, usize) -> Option<R>,
+    ) -> Result<R, MrError> {
+        let c = self.check(key, kind, pd, addr, len as u64, need)?;
+        copy(self.memory_of(c)?, c.offset).ok_or(MrError::OutOfBounds {
+            addr,
+            len: len as u64,
+        })
     }
 
     /// Copies bytes into a region.

@@ -82,6 +82,12 @@ pub fn active() -> Option<&'static Fold> {
     FOLD.get()
 }
 
+/// The kernel to fold a payload of `len` bytes with: [`active`], for payloads of at
+/// least [`MIN_PAYLOAD`] bytes.
+pub fn for_payload(len: usize) -> Option<&'static Fold> {
+    active().filter(|_| len >= MIN_PAYLOAD)
+}
+
 /// The installed kernel, enabled or not (for `--stats`).
 pub fn installed() -> Option<&'static Fold> {
     FOLD.get()

@@ -458,8 +458,7 @@ impl Qp {
         let w = &self.sq[req.idx];
         let offset = req.offset;
         let pd = self.pd;
-        let fold =
-            icrc_fold::active().filter(|_| req.payload_len as usize >= icrc_fold::MIN_PAYLOAD);
+        let fold = icrc_fold::for_payload(req.payload_len as usize);
         let res = write_ib_folding(
             out,
             req.bth,

@@ -98,7 +98,7 @@ impl Qp {
                 let pd = self.pd;
                 let key_kind = self.remote_key();
                 let at = va.wrapping_add(off);
-                let fold = icrc_fold::active().filter(|_| plen as usize >= icrc_fold::MIN_PAYLOAD);
+                let fold = icrc_fold::for_payload(plen as usize);
                 let r = write_ib_folding(out, bth, ext, plen as usize, |o| {
                     if o.is_empty() {
                         // A zero-length READ names no memory: its R_Key and VA were not
