@@ -38,7 +38,11 @@ probe_setup() {
     server() {
       case $1 in
         pingpong) echo "timeout 20 ibv_rc_pingpong -d rxe0 -g $G -n 1 -m 1024" ;;
-        read-bw-client) echo "timeout 30 ib_read_bw -d rxe0 -x $G -m 1024 -s 2048 -n 5 -t 1 $PIP" ;;
+        # -u 18: a 1.07 s ACK timer (perftest's default is 67 ms). The client posts its
+        # READ as soon as its QP is ready; a TCG guest that stalls the probe for half a
+        # second before the case's first step would otherwise spend all seven retries on
+        # timer resends, and the READ ends in error before the probe answers it.
+        read-bw-client) echo "timeout 30 ib_read_bw -d rxe0 -x $G -m 1024 -s 2048 -n 5 -t 1 -u 18 $PIP" ;;
         write-bw-gid0) echo "timeout 60 ib_write_bw -d rxe0 -x 0 -m 1024" ;;
         *) echo "timeout 60 ib_${1/-/_} -d rxe0 -x $G -m 1024" ;;
       esac
