@@ -50,7 +50,7 @@ for via in ${PROBE_PROGRAMS:-pingpong write-bw read-bw atomic-bw read-bw-client 
     pass=$((pass + 1)); echo "PASS probe-$STACK-$via: $totals"
   else
     fail=$((fail + 1)); echo "FAIL probe-$STACK-$via: exit $rc, ${totals:-no totals}"
-    grep -E '^== .*\[(FAIL|ERROR)\]' -A14 "$log" | head -60 | sed 's/^/    /'
+    grep -E '^== .*\[(FAIL|ERROR)\]' -A40 "$log" | head -120 | sed 's/^/    /'
     tail -3 "$log" | sed 's/^/    /'
   fi
   # The verdict table for this program (cases it cannot run are left out).
