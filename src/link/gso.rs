@@ -335,14 +335,16 @@ pub(super) fn kernel_at_least(major: u32, minor: u32) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use ferroce_wire::{BthRepr, DatagramRepr, EthernetRepr, IbRepr, IpRepr, Opcode, Psn};
     use std::net::Ipv4Addr;
 
     const SLOT: usize = 2048;
 
-    fn frame(psn: u32, payload: usize, id: u16, dst: u8) -> Vec<u8> {
+    /// A WRITE_MIDDLE of `payload` bytes to QP 0x11 from 10.0.0.1 to 10.0.0.`dst` with IPv4
+    /// identification `id` (consecutive identifications of one size join).
+    pub(crate) fn frame(psn: u32, payload: usize, id: u16, dst: u8) -> Vec<u8> {
         let bth = BthRepr {
             mig_req: true,
             ..BthRepr::new(Opcode::RC_RDMA_WRITE_MIDDLE, 0x11, Psn::new(psn))
