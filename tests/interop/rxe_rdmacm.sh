@@ -143,7 +143,9 @@ refused() {
   $serve rping -s -a "$a" >"$s" 2>&1 & local sp=$!
   sleep 2
   $ask rping -c -a "$a" -p 7999 -C 1 >"$c" 2>&1; rc=$?
-  kill $sp 2>/dev/null; wait $sp 2>/dev/null
+  # $sp is the subshell running FER or RXE: stop its child (timeout, which stops rping),
+  # or the server outlives the script and holds rping's port for up to $T seconds.
+  pkill -TERM -P $sp 2>/dev/null; wait $sp 2>/dev/null
   if [ $rc != 0 ] && grep -q "RDMA_CM_EVENT_REJECTED, error 8" "$c"; then
     ok "$name" "the client got REJECTED, error 8"
   else ko "$name" "exit $rc" "$c"; fi
