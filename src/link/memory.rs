@@ -111,8 +111,8 @@ impl MemoryLink {
         Ok((a, b))
     }
 
-    /// A held super-frame goes out after whatever frame followed it: reordered, not lost
-    /// (before, a join pause's single frames never released it).
+    /// A held super-frame goes out after whatever frame followed it, single frames too (a
+    /// join pause sends only those): reordered, not lost.
     fn release_held(&self, w: &mut SuperWire) {
         if let Some((f, v)) = w.held.take() {
             self.push(f, v);

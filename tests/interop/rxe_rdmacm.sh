@@ -39,6 +39,10 @@ ko() {
 echo "ferroce: $("$F" --version 2>&1); library: $(readlink -e "${FERROCE_LIBDIR:-$(dirname "$F")/ferroce-lib}/librdmacm.so.1" || echo none)"
 FER() { ip netns exec peer timeout $T "$F" exec -- "$@"; }
 RXE() { timeout $T "$@"; }
+# stop PID: stops what a FER or RXE started with & runs. PID is that subshell; its child is
+# timeout, which stops the program. (kill PID would stop the subshell alone, and the
+# program would hold its port until $T ran out.)
+stop() { pkill -TERM -P "$1" 2>/dev/null; }
 
 # pair NAME ROLE SERVER_ARGS -- CLIENT_ARGS (each a program and its arguments): the server
 # starts, the client runs, both must exit 0. Sets $s and $c (their output files).
@@ -58,7 +62,7 @@ pair() {
   fi
   # A client that failed leaves its server waiting for it (perftest's waits for the
   # closing handshake until its timeout): stop the server now, so a retry costs seconds.
-  [ $rc = 0 ] || pkill -TERM -P $sp 2>/dev/null
+  [ $rc = 0 ] || stop $sp
   wait $sp || rc=1
   return $rc
 }
@@ -113,7 +117,7 @@ for role in rs fs; do
     # (2026-11-28).
     # So does a client rejected with no listener (error 8) when the server, started 2 s
     # before, was not listening yet (one CI run under TCG: the ferroce server's log
-    # empty); a server that never listens still fails all three.
+    # empty); a server that never listens still fails all six.
     for attempt in 1 2 3 4 5 6; do
       port=$((port + 1)); line=""
       if pair $name $role $prog -R -d $sd -p $port "$@" -- $prog -R -d $cd -p $port "$@" "$a"; then
@@ -143,9 +147,7 @@ refused() {
   $serve rping -s -a "$a" >"$s" 2>&1 & local sp=$!
   sleep 2
   $ask rping -c -a "$a" -p 7999 -C 1 >"$c" 2>&1; rc=$?
-  # $sp is the subshell running FER or RXE: stop its child (timeout, which stops rping),
-  # or the server outlives the script and holds rping's port for up to $T seconds.
-  pkill -TERM -P $sp 2>/dev/null; wait $sp 2>/dev/null
+  stop $sp; wait $sp 2>/dev/null
   if [ $rc != 0 ] && grep -q "RDMA_CM_EVENT_REJECTED, error 8" "$c"; then
     ok "$name" "the client got REJECTED, error 8"
   else ko "$name" "exit $rc" "$c"; fi
