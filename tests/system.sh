@@ -48,7 +48,11 @@ root=$(cd "$here/.." && pwd)
 mode=${1:-full}
 out=$root/target/system
 rm -rf "$out"; mkdir -p "$out"
-(cd "$root" && cargo build --release --quiet -p ferroce-cli --bin ferroce --example dcqcn_report) || exit 1
+# The whole workspace's binaries and examples: the same features as `cargo test --workspace
+# --release` resolves, so after scripts/test.sh's tests nothing is built again (the
+# ferroce-cli package alone resolves its dependencies' features differently, and rebuilt
+# the binary and the example for 1-2 minutes of CI).
+(cd "$root" && cargo build --release --quiet --workspace --bins --examples) || exit 1
 bin=${CARGO_TARGET_DIR:-$root/target}/release/ferroce
 "$here/interop/rxe-vm/build.sh" >"$out/build.log" 2>&1 || { cat "$out/build.log"; exit 1; }
 
