@@ -22,12 +22,12 @@ while getopts n:m:D: o; do
 done
 [ "$(id -u)" = 0 ] || { echo "scripts/bench/zerocopy.sh needs root (network namespaces); run it with sudo" >&2; exit 2; }
 command -v cc >/dev/null || { echo "scripts/bench/zerocopy.sh needs a C compiler: apt-get install gcc" >&2; exit 2; }
-. "$root/scripts/bench/lib.sh"   # cpu_busy, veth_pair
+. "$root/scripts/bench/lib.sh"   # cpu_busy, median, veth_pair
 out=$(mktemp -d)
-cleanup() { ip netns del zca 2>/dev/null || true; ip netns del zcb 2>/dev/null || true; rm -rf "$out"; }
-trap cleanup EXIT
+drop_ns() { ip netns del zca 2>/dev/null || true; ip netns del zcb 2>/dev/null || true; }
+trap 'drop_ns; rm -rf "$out"' EXIT
 cc -O2 -Wall -o "$out/zerocopy" "$root/scripts/bench/zerocopy.c"
-ip netns del zca 2>/dev/null || true; ip netns del zcb 2>/dev/null || true
+drop_ns
 veth_pair zca zcb "$MTU" 10.78.0
 hz=$(getconf CLK_TCK)
 if [ "$MTU" -ge 4200 ]; then seg=4112; else seg=1040; fi
@@ -47,7 +47,7 @@ for round in $(seq 1 "$ROUNDS"); do
     echo "$mode $gbps $s_per_gb" >>"$out/all"
   done
 done
-med() { awk -v m="$1" -v f="$2" '$1 == m { print $f }' "$out/all" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+med() { awk -v m="$1" -v f="$2" '$1 == m { print $f }' "$out/all" | median; }
 cg=$(med copy 2) zg=$(med zerocopy 2) cc_=$(med copy 3) zc_=$(med zerocopy 3)
 echo "median: copy $cg Gb/s, $cc_ s/GB; zerocopy $zg Gb/s, $zc_ s/GB"
 awk -v a="$zg" -v b="$cg" -v c="$zc_" -v d="$cc_" 'BEGIN { printf "zerocopy / copy: %.2fx the rate, %.2fx the CPU per GB\n", a / b, c / d }'
