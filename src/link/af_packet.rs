@@ -194,6 +194,46 @@ impl RawSocket {
         })
     }
 
+    /// Opens a socket on interface `ifindex` that only sends, each frame behind a
+    /// virtio-net header, so that the header's `hdr_len` can put a whole frame in the skb's
+    /// linear head (`FERROCE_GSO=linear`). For kernels before 6.2, where the receiving
+    /// socket goes without the header (with it they drop received UDP super-frames).
+    /// Bound with protocol 0, so the kernel hands it no frames and runs no filter for it.
+    pub fn open_sender(ifindex: u32) -> io::Result<RawSocket> {
+        // SAFETY: plain socket(2) call; the result is checked before use.
+        let raw = check(unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+            )
+        })?;
+        // SAFETY: `raw` is a freshly created descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        set_buffer(raw, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
+        setsockopt(raw, libc::SOL_PACKET, PACKET_VNET_HDR, &1i32)?;
+        // SAFETY: sockaddr_ll is plain old data; all-zero is a valid starting value.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = 0;
+        sll.sll_ifindex = ifindex as i32;
+        // SAFETY: `sll` is a valid sockaddr_ll and its exact size is passed.
+        check(unsafe {
+            libc::bind(
+                raw,
+                (&sll as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        })?;
+        Ok(RawSocket {
+            rings: None,
+            fd,
+            ifindex,
+            vnet: true,
+            truncated: AtomicU64::new(0),
+        })
+    }
+
     /// Sets whether the kernel hides from the socket the frames other sockets of this host
     /// send on the interface (PACKET_IGNORE_OUTGOING). Frames another process on this host
     /// sends to the interface's own address reach this one only while they are not hidden.

@@ -244,6 +244,9 @@ pub enum GsoOff {
     NoVnetHeader,
     /// The kernel refused a super-frame; frames go one by one since.
     Refused,
+    /// `FERROCE_GSO=linear`: none joined, each frame in one linear skb (see
+    /// `PacketLink::send_batch_linear`).
+    Linear,
 }
 
 const ON: u8 = 0;
@@ -256,7 +259,8 @@ const UDP: u8 = 100;
 /// (`receive_ring_only`): without a receive ring a link cannot split super-frames itself,
 /// so it sends none either, as on the packet-socket way, and a transmit ring
 /// (`FERROCE_PACKET_RINGS=both`) was asked for to send from. `FERROCE_GSO=0` sends no
-/// super-packets, `1` (or anything else) the packet-socket way where the kernel has it.
+/// super-packets, `linear` none either and each frame in one linear skb, `1` (or anything
+/// else) the packet-socket way where the kernel has it.
 pub fn udp_way(receive_ring_only: bool) -> Option<UdpWhy> {
     match std::env::var("FERROCE_GSO").as_deref() {
         Ok("udp") => Some(UdpWhy::Asked),
@@ -283,6 +287,8 @@ impl GsoState {
         }
         let off = if std::env::var("FERROCE_GSO").as_deref() == Ok("0") {
             Some(GsoOff::Disabled)
+        } else if std::env::var("FERROCE_GSO").as_deref() == Ok("linear") {
+            Some(GsoOff::Linear)
         } else if !kernel_at_least(6, 2) {
             Some(GsoOff::OldKernel)
         } else if !vnet {
@@ -307,8 +313,13 @@ impl GsoState {
             1 => Some(GsoOff::Disabled),
             2 => Some(GsoOff::OldKernel),
             3 => Some(GsoOff::NoVnetHeader),
+            5 => Some(GsoOff::Linear),
             _ => Some(GsoOff::Refused),
         }
+    }
+    /// Whether every frame goes in one linear skb (`FERROCE_GSO=linear`).
+    pub fn linear(&self) -> bool {
+        self.off() == Some(GsoOff::Linear)
     }
     /// Turns joining off for good after the kernel refused a super-frame.
     pub fn refused(&self, error: &std::io::Error) {
@@ -548,6 +559,23 @@ pub(crate) mod tests {
             assert_eq!(ip[6] & 0x40, 0x40, "DF");
             // The transport's payload, untouched.
             assert_eq!(&g[42..g.len() - 4], &frames[k][42..frames[k].len() - 4]);
+        }
+    }
+
+    /// Each reason for sending frames one by one reads back as itself.
+    #[test]
+    fn every_off_reason_reads_back() {
+        for off in [
+            GsoOff::Disabled,
+            GsoOff::OldKernel,
+            GsoOff::NoVnetHeader,
+            GsoOff::Refused,
+            GsoOff::Linear,
+        ] {
+            let s = GsoState(AtomicU8::new(off as u8 + 1));
+            assert_eq!(s.off(), Some(off));
+            assert!(!s.on() && !s.udp());
+            assert_eq!(s.linear(), off == GsoOff::Linear);
         }
     }
 

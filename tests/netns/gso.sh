@@ -23,6 +23,9 @@
 #   4. The same with FERROCE_GSO=0 at the client: it says why GSO is off, splits no
 #      WRITE, sends no super-frame, the server receives none (the counters are the path's,
 #      not constants); the server still sends them and the client still splits them.
+#      And FERROCE_GSO=linear at the client: no super-frame, every frame it sends in one
+#      linear skb (linear_tx_pkts), with and without a virtio-net header on its receiving
+#      socket (FERROCE_VNET_HDR=0: a send-only socket sends them, as before 6.2).
 #   5. `ferroce devinfo -v` names the mode, gso=on, and gso=off with its reason.
 #   6. A peer that loses every super-frame whole (FERROCE_PACKET_RINGS=none), as server
 #      and as client, and through both ways of sending them: rc-ops completes, the
@@ -218,6 +221,25 @@ if grep -q '^link: .* gso=off (FERROCE_GSO=0)$' "$c" && ! grep -q '^writes: spli
 else
   ko "FERROCE_GSO=0 at the client" "$c" "$s"
 fi
+# FERROCE_GSO=linear at the client: nothing joined, every frame it sends in one linear skb
+# (through its receiving socket, which has a virtio-net header here, and with
+# FERROCE_VNET_HDR=0, as before 6.2, through a send-only socket that has one): data
+# checked, the client says so, counts its frames in linear_tx_pkts, sends no super-frame
+# and splits no WRITE; the server receives none joined and counts no ICRC error.
+for v in 1 0; do
+  n=linear-vnet$v
+  run "$n" 4096 FERROCE_GSO=linear FERROCE_VNET_HDR=$v
+  c=$out/$n.client s=$out/$n.server
+  lin=$(counter "$c" linear_tx_pkts) sent=$(counter "$c" sent_pkts)
+  echo "    client sent $lin of $sent packets one per linear skb, $(counter "$c" gso_tx_frames) super-frames; server split $(counter "$s" gso_rx_frames)"
+  if grep -q '^link: .* gso=off (FERROCE_GSO=linear: each frame in one linear skb)$' "$c" && ! grep -q '^writes: split' "$c" &&
+    [ "$lin" -gt 0 ] && [ "$lin" -le "$sent" ] && [ "$(counter "$c" gso_tx_frames)" = 0 ] && [ "$(counter "$s" gso_rx_frames)" = 0 ] &&
+    [ "$(counter "$s" rx_icrc_err)" = 0 ] && [ "$(counter "$s" linear_tx_pkts)" = 0 ]; then
+    ok "$n: FERROCE_GSO=linear (FERROCE_VNET_HDR=$v): $lin frames each in one linear skb, none joined"
+  else
+    ko "$n: FERROCE_GSO=linear (FERROCE_VNET_HDR=$v)" "$c" "$s"
+  fi
+done
 # Folding turned off at the client only: it says so and folds nothing; the server's READ
 # responses are folded as before (where its CPU can), and no end counts an ICRC error.
 run fold-off-client 4096 FERROCE_COPY_FOLD=0
