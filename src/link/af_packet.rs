@@ -105,6 +105,39 @@ fn set_ignore_outgoing(fd: RawFd, ignore: bool) -> io::Result<()> {
     )
 }
 
+/// A new non-blocking, close-on-exec AF_PACKET raw socket, bound to nothing yet.
+fn packet_socket() -> io::Result<OwnedFd> {
+    // SAFETY: plain socket(2) call; the result is checked before use.
+    let raw = check(unsafe {
+        libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    })?;
+    // SAFETY: `raw` is a freshly created descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// Binds packet socket `fd` to interface `ifindex` for `protocol` (network byte order;
+/// 0: the socket receives nothing).
+fn bind_interface(fd: RawFd, ifindex: u32, protocol: u16) -> io::Result<()> {
+    // SAFETY: sockaddr_ll is plain old data; all-zero is a valid starting value.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = protocol;
+    sll.sll_ifindex = ifindex as i32;
+    // SAFETY: `sll` is a valid sockaddr_ll and its exact size is passed.
+    check(unsafe {
+        libc::bind(
+            fd,
+            (&sll as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    })
+    .map(|_| ())
+}
+
 /// Requested receive and send buffer size (the kernel doubles it for bookkeeping).
 pub(super) const SOCKET_BUFFER: i32 = 16 << 20;
 
@@ -122,16 +155,8 @@ impl RawSocket {
         filter: &[SockFilter],
         vnet: bool,
     ) -> io::Result<RawSocket> {
-        // SAFETY: plain socket(2) call; the result is checked before use.
-        let raw = check(unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                0,
-            )
-        })?;
-        // SAFETY: `raw` is a freshly created descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = packet_socket()?;
+        let raw = fd.as_raw_fd();
         attach_filter(raw, filter)?;
         // Outgoing frames are ignored until a QP of this process talks to this host (see
         // `set_ignore_outgoing`): each one shown to the socket is a clone and a filter run
@@ -167,19 +192,7 @@ impl RawSocket {
             None
         };
 
-        // SAFETY: sockaddr_ll is plain old data; all-zero is a valid starting value.
-        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
-        sll.sll_ifindex = ifindex as i32;
-        // SAFETY: `sll` is a valid sockaddr_ll and its exact size is passed.
-        check(unsafe {
-            libc::bind(
-                raw,
-                (&sll as *const libc::sockaddr_ll).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        })?;
+        bind_interface(raw, ifindex, (libc::ETH_P_ALL as u16).to_be())?;
         if vnet && rings.is_none() {
             return Err(io::Error::other(
                 "a virtio-net header needs the receive ring",
@@ -200,31 +213,11 @@ impl RawSocket {
     /// socket goes without the header (with it they drop received UDP super-frames).
     /// Bound with protocol 0, so the kernel hands it no frames and runs no filter for it.
     pub fn open_sender(ifindex: u32) -> io::Result<RawSocket> {
-        // SAFETY: plain socket(2) call; the result is checked before use.
-        let raw = check(unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                0,
-            )
-        })?;
-        // SAFETY: `raw` is a freshly created descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = packet_socket()?;
+        let raw = fd.as_raw_fd();
         set_buffer(raw, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
         setsockopt(raw, libc::SOL_PACKET, PACKET_VNET_HDR, &1i32)?;
-        // SAFETY: sockaddr_ll is plain old data; all-zero is a valid starting value.
-        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = 0;
-        sll.sll_ifindex = ifindex as i32;
-        // SAFETY: `sll` is a valid sockaddr_ll and its exact size is passed.
-        check(unsafe {
-            libc::bind(
-                raw,
-                (&sll as *const libc::sockaddr_ll).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        })?;
+        bind_interface(raw, ifindex, 0)?;
         Ok(RawSocket {
             rings: None,
             fd,

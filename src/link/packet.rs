@@ -307,11 +307,7 @@ impl PacketLink {
             let last = b.runs[end - 1];
             let count = last.first + last.count - first;
             let took = if self.socket.has_vnet() {
-                let mut plain = [super::gso::Run::default(); super::af_packet::MAX_BATCH];
-                for (j, p) in plain.iter_mut().enumerate().take(count) {
-                    p.first = first + j;
-                    p.count = 1;
-                }
+                let plain = one_by_one(first..first + count, None);
                 let (data, headers, lens, frames) = b.send_parts();
                 self.socket
                     .send_runs(data, headers, lens, frames, &plain[..count])?
@@ -347,12 +343,7 @@ impl PacketLink {
     /// more, and a sender cannot tell its peers apart: hence a setting, not a default.
     fn send_batch_linear(&self, sock: &RawSocket, b: &mut FrameBatch) -> io::Result<usize> {
         let n = b.count;
-        let mut plain = [super::gso::Run::default(); super::af_packet::MAX_BATCH];
-        for (i, p) in plain.iter_mut().enumerate().take(n) {
-            p.first = i;
-            p.count = 1;
-            p.vnet.hdr_len = b.lens[i] as u16;
-        }
+        let plain = one_by_one(0..n, Some(&b.lens));
         let (data, headers, lens, frames) = b.send_parts();
         let sent = sock.send_runs(data, headers, lens, frames, &plain[..n])?;
         self.gso_counters
@@ -879,6 +870,24 @@ impl Link for PacketLink {
 
 /// Bytes of the super-frame `r` makes of the batch's frames (its first frame whole, the
 /// others without their headers).
+/// Runs of one frame each for `frames` (as [`RawSocket::send_runs`] takes them, from
+/// index 0), each whole frame in the kernel's linear head when `linear` gives the frames'
+/// lengths.
+fn one_by_one(
+    frames: std::ops::Range<usize>,
+    linear: Option<&[usize]>,
+) -> [Run; super::af_packet::MAX_BATCH] {
+    let mut runs = [Run::default(); super::af_packet::MAX_BATCH];
+    for (r, i) in runs.iter_mut().zip(frames) {
+        r.first = i;
+        r.count = 1;
+        if let Some(lens) = linear {
+            r.vnet.hdr_len = lens[i] as u16;
+        }
+    }
+    runs
+}
+
 fn run_len(r: &Run, lens: &[usize]) -> usize {
     lens[r.first..r.first + r.count]
         .iter()
