@@ -39,9 +39,9 @@ pub(crate) fn choice() -> &'static Choice {
         let env = std::env::var("FERROCE_ICRC").ok();
         let mut c = decide(env.as_deref(), measure);
         icrc::set_engine(c.engine);
-        let kernel = copy_fold::kernel();
+        let kernels = copy_fold::kernels();
         let env = std::env::var("FERROCE_COPY_FOLD").ok();
-        let (on, why) = fold_choice(c.engine, env.as_deref(), kernel.as_ref());
+        let (on, why, kernel) = fold_choice(c.engine, env.as_deref(), &kernels);
         if let Some(k) = kernel {
             icrc_fold::install(k);
         }
@@ -52,24 +52,36 @@ pub(crate) fn choice() -> &'static Choice {
     })
 }
 
-/// Whether payloads are folded into the ICRC as they are copied, with `kernel` (this CPU's,
-/// if any), unless `env` (`FERROCE_COPY_FOLD`) is `0`; and why, for `--stats`. Only the
-/// SIMD engine folds: where the table wins (under an emulator) carry-less multiplication
-/// is slow too.
+/// Whether payloads are folded into the ICRC as they are copied, with which of `kernels`
+/// (this CPU's, widest first), and why, for `--stats`. `env` (`FERROCE_COPY_FOLD`) `0`
+/// turns folding off; a kernel's name picks that one (to compare widths on one CPU); else
+/// the widest. Only the SIMD engine folds: where the table wins (under an emulator)
+/// carry-less multiplication is slow too.
 fn fold_choice(
     engine: Engine,
     env: Option<&str>,
-    kernel: Option<&icrc_fold::Fold>,
-) -> (bool, String) {
+    kernels: &[icrc_fold::Fold],
+) -> (bool, String, Option<icrc_fold::Fold>) {
+    let named = env.and_then(|e| kernels.iter().find(|k| k.name == e));
+    let kernel = named.or(kernels.first()).copied();
     if env == Some("0") {
-        return (false, "off (FERROCE_COPY_FOLD=0)".into());
+        return (false, "off (FERROCE_COPY_FOLD=0)".into(), kernel);
     }
     let Some(k) = kernel else {
-        return (false, format!("off ({})", copy_fold::missing()));
+        return (false, format!("off ({})", copy_fold::missing()), None);
     };
     match engine {
-        Engine::Simd => (true, format!("on ({})", k.name)),
-        Engine::Table => (false, "off (the table engine computes ICRCs)".into()),
+        Engine::Simd if named.is_some() => (
+            true,
+            format!("on ({}, FERROCE_COPY_FOLD={})", k.name, k.name),
+            kernel,
+        ),
+        Engine::Simd => (true, format!("on ({})", k.name), kernel),
+        Engine::Table => (
+            false,
+            "off (the table engine computes ICRCs)".into(),
+            kernel,
+        ),
     }
 }
 
@@ -158,21 +170,49 @@ mod tests {
             name: "test-kernel",
             ..icrc_fold::Fold::REFERENCE
         };
-        let on = fold_choice(Engine::Simd, None, Some(&k));
-        assert_eq!(on, (true, "on (test-kernel)".to_string()));
-        assert!(fold_choice(Engine::Simd, Some("1"), Some(&k)).0);
+        let narrow = icrc_fold::Fold {
+            name: "narrow-kernel",
+            ..icrc_fold::Fold::REFERENCE
+        };
+        let both = [k, narrow];
+        let (on, why, kernel) = fold_choice(Engine::Simd, None, &both);
+        assert_eq!((on, why.as_str()), (true, "on (test-kernel)"));
+        assert_eq!(kernel.map(|k| k.name), Some("test-kernel"), "the widest");
+        assert!(fold_choice(Engine::Simd, Some("1"), &both).0);
+        let (on, why, _) = fold_choice(Engine::Simd, Some("0"), &both);
+        assert_eq!((on, why.as_str()), (false, "off (FERROCE_COPY_FOLD=0)"));
+        assert!(!fold_choice(Engine::Table, None, &both).0);
+        let (on, why, kernel) = fold_choice(Engine::Simd, None, &[]);
         assert_eq!(
-            fold_choice(Engine::Simd, Some("0"), Some(&k)),
-            (false, "off (FERROCE_COPY_FOLD=0)".to_string())
+            (on, why),
+            (false, format!("off ({})", copy_fold::missing()))
         );
-        assert!(!fold_choice(Engine::Table, None, Some(&k)).0);
-        let none = fold_choice(Engine::Simd, None, None);
-        assert_eq!(none, (false, format!("off ({})", copy_fold::missing())));
+        assert!(kernel.is_none());
         // The veto is the reason given whatever the CPU.
         assert_eq!(
-            fold_choice(Engine::Simd, Some("0"), None).1,
+            fold_choice(Engine::Simd, Some("0"), &[]).1,
             "off (FERROCE_COPY_FOLD=0)"
         );
+    }
+
+    #[test]
+    fn a_kernel_named_in_the_environment_is_the_one_installed() {
+        let k = icrc_fold::Fold {
+            name: "test-kernel",
+            ..icrc_fold::Fold::REFERENCE
+        };
+        let narrow = icrc_fold::Fold {
+            name: "narrow-kernel",
+            ..icrc_fold::Fold::REFERENCE
+        };
+        let (on, why, kernel) = fold_choice(Engine::Simd, Some("narrow-kernel"), &[k, narrow]);
+        assert!(on);
+        assert_eq!(why, "on (narrow-kernel, FERROCE_COPY_FOLD=narrow-kernel)");
+        assert_eq!(kernel.map(|k| k.name), Some("narrow-kernel"));
+        // A name this CPU has no kernel for: the widest, as unset.
+        let (_, why, kernel) = fold_choice(Engine::Simd, Some("avx1024"), &[k, narrow]);
+        assert_eq!(why, "on (test-kernel)");
+        assert_eq!(kernel.map(|k| k.name), Some("test-kernel"));
     }
 
     #[test]

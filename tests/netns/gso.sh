@@ -34,9 +34,10 @@
 #   7. Payloads folded into the ICRC as they are copied into the frame (`copy fold` on
 #      the --stats `icrc:` line): where an end says it folds, its tx_icrc_folded counter
 #      rose (WRITE/SEND data from the client, READ responses from the server) and the peer
-#      counted no ICRC error; where it says it cannot (a CPU without AVX-512 and
-#      VPCLMULQDQ), the counter stayed 0; and FERROCE_COPY_FOLD=0 at the client turns its
-#      folding off (said, counter 0) while the server goes on.
+#      counted no ICRC error; where it says it cannot (a CPU without VPCLMULQDQ), the
+#      counter stayed 0; FERROCE_COPY_FOLD=0 at the client turns its folding off (said,
+#      counter 0) while the server goes on; and FERROCE_COPY_FOLD=avx2-vpclmulqdq, where
+#      the CPU runs it, folds with that kernel (on AVX-512, the narrower one).
 #   tests/netns/gso.sh [FERROCE_BINARY]      (needs root: namespaces, veth; Linux >= 6.2)
 # Prints PASS/FAIL lines and "gso: N passed, M failed"; exit 0 iff all pass.
 set -u
@@ -251,6 +252,23 @@ else
   ko "FERROCE_COPY_FOLD=0 at the client" "$c" "$s"
 fi
 fold_check fold-off-client "$s"
+# The 256-bit kernel named at the client (FERROCE_COPY_FOLD=NAME; the widest is the
+# default), where this CPU runs it: it says so, folds with it, and the server checks every
+# ICRC it made.
+for k in avx2-vpclmulqdq; do
+  need="pclmulqdq sse4_1 avx2 vpclmulqdq"
+  miss=""; for f in $need; do grep -qw "$f" /proc/cpuinfo || miss="$miss $f"; done
+  if [ -n "$miss" ]; then echo "SKIP fold-$k: this CPU lacks$miss"; continue; fi
+  run "fold-$k" 4096 FERROCE_COPY_FOLD=$k FERROCE_ICRC=simd
+  c=$out/fold-$k.client s=$out/fold-$k.server
+  folded=$(counter "$c" tx_icrc_folded)
+  if grep -q "^icrc: simd .*copy fold on ($k, FERROCE_COPY_FOLD=$k)\$" "$c" && [ "$folded" -gt 0 ] &&
+    [ "$(( $(counter "$c" rx_icrc_err) + $(counter "$s" rx_icrc_err) ))" = 0 ]; then
+    ok "FERROCE_COPY_FOLD=$k: the client folded $folded payloads with it, no ICRC error"
+  else
+    ko "FERROCE_COPY_FOLD=$k at the client" "$c" "$s"
+  fi
+done
 # `ferroce devinfo -v` says the same as --stats: the mode in use, and why when off.
 dv=$out/devinfo.on dvoff=$out/devinfo.off
 ip netns exec $A "$F" devinfo -v -d gso-va >"$dv" 2>&1

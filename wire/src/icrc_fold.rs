@@ -1,10 +1,11 @@
 //! ICRCs whose payload part is computed while the payload is copied into the frame.
 //!
 //! A sender copies each packet's payload from the application's memory into the frame and
-//! then ran the ICRC over the frame a second time. Where the CPU has 512-bit carry-less
-//! multiplication (VPCLMULQDQ), the bytes can be folded into a CRC as they are copied:
-//! natively a 1 KiB payload into a cold frame took 64 ns copied and folded in one pass
-//! against 92 ns copied then hashed (4 KiB: 172 against 216). The payload comes after the headers, but the transport writes the IP and
+//! then ran the ICRC over the frame a second time. Where the CPU has 256- or 512-bit
+//! carry-less multiplication (VPCLMULQDQ with AVX2 or AVX-512), the bytes can be folded
+//! into a CRC as they are copied: natively a 1 KiB payload into a cold frame took 64 ns
+//! copied and folded in one pass against 92 ns copied then hashed (4 KiB: 172 against
+//! 216; AVX-512). The payload comes after the headers, but the transport writes the IP and
 //! UDP headers last, so the payload's CRC is taken on its own, from a zero register, and
 //! joined to the headers' afterwards: the CRC is linear, so the register after headers and
 //! payload is the headers' register carried past the payload (a multiplication by
@@ -31,7 +32,7 @@ pub struct Fold {
     pub copy: fn(dst: &mut [u8], src: &[u8], crc: u32) -> u32,
     /// `a · b mod P` exactly as [`icrc::mul_mod`] computes it.
     pub mul: fn(a: u32, b: u32) -> u32,
-    /// What the kernel is, for `--stats` (e.g. `avx512-vpclmulqdq`).
+    /// What the kernel is, for `--stats` and `FERROCE_COPY_FOLD` (e.g. `avx512-vpclmulqdq`).
     pub name: &'static str,
 }
 
