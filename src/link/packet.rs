@@ -827,6 +827,9 @@ impl Link for PacketLink {
             (Some(_), Some(GsoOff::Linear)) => {
                 "rx=ring tx=sendmmsg gso=off (FERROCE_GSO=linear, but no packet socket with a virtio-net header to send so)"
             }
+            (None, Some(GsoOff::Linear)) if self.linear_socket().is_some() => {
+                "rx=recvmmsg tx=sendmmsg gso=off (FERROCE_GSO=linear: each frame in one linear skb)"
+            }
             (None, _) => "rx=recvmmsg tx=sendmmsg gso=off (needs the receive ring)",
         }
     }

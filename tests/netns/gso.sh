@@ -224,21 +224,27 @@ else
 fi
 # FERROCE_GSO=linear at the client: nothing joined, every frame it sends in one linear skb
 # (through its receiving socket, which has a virtio-net header here, and with
-# FERROCE_VNET_HDR=0, as before 6.2, through a send-only socket that has one): data
-# checked, the client says so, counts its frames in linear_tx_pkts, sends no super-frame
-# and splits no WRITE; the server receives none joined and counts no ICRC error.
-for v in 1 0; do
+# FERROCE_VNET_HDR=0, as before 6.2, or without the receive ring, through a send-only
+# socket that has one): data checked, the client says so, counts its frames in
+# linear_tx_pkts, sends no super-frame and splits no WRITE; the server receives none
+# joined and counts no ICRC error.
+for v in 1 0 ringless; do
   n=linear-vnet$v
-  run "$n" 4096 FERROCE_GSO=linear FERROCE_VNET_HDR=$v
+  if [ $v = ringless ]; then
+    n=linear-ringless how=FERROCE_PACKET_RINGS=none
+  else
+    how=FERROCE_VNET_HDR=$v
+  fi
+  run "$n" 4096 FERROCE_GSO=linear $how
   c=$out/$n.client s=$out/$n.server
   lin=$(counter "$c" linear_tx_pkts) sent=$(counter "$c" sent_pkts)
   echo "    client sent $lin of $sent packets one per linear skb, $(counter "$c" gso_tx_frames) super-frames; server split $(counter "$s" gso_rx_frames)"
   if grep -q '^link: .* gso=off (FERROCE_GSO=linear: each frame in one linear skb)$' "$c" && ! grep -q '^writes: split' "$c" &&
     [ "$lin" -gt 0 ] && [ "$lin" -le "$sent" ] && [ "$(counter "$c" gso_tx_frames)" = 0 ] && [ "$(counter "$s" gso_rx_frames)" = 0 ] &&
     [ "$(counter "$s" rx_icrc_err)" = 0 ] && [ "$(counter "$s" linear_tx_pkts)" = 0 ]; then
-    ok "$n: FERROCE_GSO=linear (FERROCE_VNET_HDR=$v): $lin frames each in one linear skb, none joined"
+    ok "$n: FERROCE_GSO=linear ($how): $lin frames each in one linear skb, none joined"
   else
-    ko "$n: FERROCE_GSO=linear (FERROCE_VNET_HDR=$v)" "$c" "$s"
+    ko "$n: FERROCE_GSO=linear ($how)" "$c" "$s"
   fi
 done
 # Folding turned off at the client only: it says so and folds nothing; the server's READ
