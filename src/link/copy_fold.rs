@@ -137,9 +137,9 @@ mod x86 {
         has_clmul() && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("vpclmulqdq")
     }
 
-    /// The kernels' [`Fold::copy`]: each checks its features (cached by std, one load) so
-    /// that it is sound whoever calls it, then runs; without them, or under one step,
-    /// copy then hash.
+    /// Copy, then crc32fast: what each kernel's [`Fold::copy`] (`copy_512`, `copy_256`)
+    /// does without its features or under one step. Each checks its features (cached by
+    /// std, one load) so that it is sound whoever calls it.
     fn copy_then_hash(dst: &mut [u8], src: &[u8], crc: u32) -> u32 {
         dst.copy_from_slice(src);
         continue_crc(crc, dst)

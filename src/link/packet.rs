@@ -859,7 +859,8 @@ impl Link for PacketLink {
         ]
     }
     fn resending_to(&self, dst: IpAddr, silences: u8) {
-        if self.gso.off().is_none() {
+        // The clock only for a silence that may start a pause.
+        if self.gso.off().is_none() && silences >= super::join_pause::SILENCES {
             self.pauses
                 .resending_to(dst, silences, std::time::Instant::now());
         }
@@ -871,8 +872,6 @@ impl Link for PacketLink {
     }
 }
 
-/// Bytes of the super-frame `r` makes of the batch's frames (its first frame whole, the
-/// others without their headers).
 /// Runs of one frame each for `frames` (as [`RawSocket::send_runs`] takes them, from
 /// index 0), each whole frame in the kernel's linear head when `linear` gives the frames'
 /// lengths.
@@ -891,6 +890,8 @@ fn one_by_one(
     runs
 }
 
+/// Bytes of the super-frame `r` makes of the batch's frames (its first frame whole, the
+/// others without their headers).
 fn run_len(r: &Run, lens: &[usize]) -> usize {
     lens[r.first..r.first + r.count]
         .iter()
