@@ -164,17 +164,18 @@ mod tests {
         assert_eq!(decide(Some("table"), never).why, "FERROCE_ICRC=table");
     }
 
+    /// Two stand-in kernels, widest first, as `copy_fold::kernels` lists them.
+    fn two_kernels() -> [icrc_fold::Fold; 2] {
+        let named = |name| icrc_fold::Fold {
+            name,
+            ..icrc_fold::Fold::REFERENCE
+        };
+        [named("test-kernel"), named("narrow-kernel")]
+    }
+
     #[test]
     fn payloads_are_folded_only_with_a_kernel_the_simd_engine_and_no_veto() {
-        let k = icrc_fold::Fold {
-            name: "test-kernel",
-            ..icrc_fold::Fold::REFERENCE
-        };
-        let narrow = icrc_fold::Fold {
-            name: "narrow-kernel",
-            ..icrc_fold::Fold::REFERENCE
-        };
-        let both = [k, narrow];
+        let both = two_kernels();
         let (on, why, kernel) = fold_choice(Engine::Simd, None, &both);
         assert_eq!((on, why.as_str()), (true, "on (test-kernel)"));
         assert_eq!(kernel.map(|k| k.name), Some("test-kernel"), "the widest");
@@ -197,20 +198,13 @@ mod tests {
 
     #[test]
     fn a_kernel_named_in_the_environment_is_the_one_installed() {
-        let k = icrc_fold::Fold {
-            name: "test-kernel",
-            ..icrc_fold::Fold::REFERENCE
-        };
-        let narrow = icrc_fold::Fold {
-            name: "narrow-kernel",
-            ..icrc_fold::Fold::REFERENCE
-        };
-        let (on, why, kernel) = fold_choice(Engine::Simd, Some("narrow-kernel"), &[k, narrow]);
+        let both = two_kernels();
+        let (on, why, kernel) = fold_choice(Engine::Simd, Some("narrow-kernel"), &both);
         assert!(on);
         assert_eq!(why, "on (narrow-kernel, FERROCE_COPY_FOLD=narrow-kernel)");
         assert_eq!(kernel.map(|k| k.name), Some("narrow-kernel"));
         // A name this CPU has no kernel for: the widest, as unset.
-        let (_, why, kernel) = fold_choice(Engine::Simd, Some("avx1024"), &[k, narrow]);
+        let (_, why, kernel) = fold_choice(Engine::Simd, Some("avx1024"), &both);
         assert_eq!(why, "on (test-kernel)");
         assert_eq!(kernel.map(|k| k.name), Some("test-kernel"));
     }

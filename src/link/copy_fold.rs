@@ -137,34 +137,44 @@ mod x86 {
         has_clmul() && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("vpclmulqdq")
     }
 
-    /// Copy, then crc32fast: what each kernel's [`Fold::copy`] (`copy_512`, `copy_256`)
-    /// does without its features or under one step. Each checks its features (cached by
-    /// std, one load) so that it is sound whoever calls it.
+    /// Copy, then crc32fast: what each kernel's [`Fold::copy`] does without its features
+    /// or under one step.
     fn copy_then_hash(dst: &mut [u8], src: &[u8], crc: u32) -> u32 {
         dst.copy_from_slice(src);
         continue_crc(crc, dst)
     }
 
-    pub(super) fn copy_512(dst: &mut [u8], src: &[u8], crc: u32) -> u32 {
+    /// A kernel's `copy` behind its guard: runs `kernel` on `dst` and `src` (cut to the
+    /// shorter) when they hold at least one `step` and `has` finds its features (cached by
+    /// std, a few loads), so that the function is sound whoever calls it; else copies,
+    /// then hashes. Each caller pairs a kernel with the check of exactly the features its
+    /// `#[target_feature]` names.
+    fn guarded(
+        dst: &mut [u8],
+        src: &[u8],
+        crc: u32,
+        step: usize,
+        has: fn() -> bool,
+        kernel: unsafe fn(&mut [u8], &[u8], u32) -> u32,
+    ) -> u32 {
         let n = dst.len().min(src.len());
         let (dst, src) = (&mut dst[..n], &src[..n]);
-        if n < STEP_512 || !has_512() {
+        if n < step || !has() {
             return copy_then_hash(dst, src, crc);
         }
-        // SAFETY: `copy_fold_512` needs AVX-512F, VPCLMULQDQ, PCLMULQDQ and SSE4.1, checked
-        // at run time just above; it touches memory only through the two slices.
-        unsafe { copy_fold_512(dst, src, crc) }
+        // SAFETY: `kernel` needs the CPU features `has` checked just above (see the
+        // callers' pairs); it touches memory only through the two slices.
+        unsafe { kernel(dst, src, crc) }
     }
 
+    /// AVX-512F, VPCLMULQDQ, PCLMULQDQ and SSE4.1: what `copy_fold_512` is compiled for.
+    pub(super) fn copy_512(dst: &mut [u8], src: &[u8], crc: u32) -> u32 {
+        guarded(dst, src, crc, STEP_512, has_512, copy_fold_512)
+    }
+
+    /// AVX2, VPCLMULQDQ, PCLMULQDQ and SSE4.1: what `copy_fold_256` is compiled for.
     pub(super) fn copy_256(dst: &mut [u8], src: &[u8], crc: u32) -> u32 {
-        let n = dst.len().min(src.len());
-        let (dst, src) = (&mut dst[..n], &src[..n]);
-        if n < STEP_256 || !has_256() {
-            return copy_then_hash(dst, src, crc);
-        }
-        // SAFETY: `copy_fold_256` needs AVX2, VPCLMULQDQ, PCLMULQDQ and SSE4.1, checked at
-        // run time just above; it touches memory only through the two slices.
-        unsafe { copy_fold_256(dst, src, crc) }
+        guarded(dst, src, crc, STEP_256, has_256, copy_fold_256)
     }
 
     /// [`Fold::mul`]: `a · b mod P` in the CRC's reflected order, by one carry-less
