@@ -23,7 +23,7 @@ import time
 RTM_NEWQDISC, RTM_GETQDISC = 36, 38
 NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
 NLMSG_ERROR, NLMSG_DONE = 2, 3
-TCA_KIND, TCA_XSTATS, TCA_STATS2 = 1, 4, 7
+TCA_XSTATS, TCA_STATS2 = 4, 7
 TCA_STATS_BASIC, TCA_STATS_QUEUE = 1, 3
 
 
@@ -60,7 +60,7 @@ def sample(sock, ifindex, handle, seq):
             _, idx, h, _, _ = struct.unpack_from("=BxxxiIII", body)
             if idx != ifindex or h != handle:
                 continue
-            red = {"marked": 0, "early": 0, "pdrop": 0, "other": 0}
+            red = (0, 0, 0, 0)  # marked, early, pdrop, other
             sent = backlog = drops = 0
             for t, p in attrs(body[20:]):
                 if t == TCA_STATS2:
@@ -70,9 +70,9 @@ def sample(sock, ifindex, handle, seq):
                         elif st == TCA_STATS_QUEUE and len(sp) >= 12:
                             _, backlog, drops = struct.unpack_from("=III", sp)
                 elif t == TCA_XSTATS and len(p) >= 16:
-                    e, pd, o, m = struct.unpack_from("=IIII", p)
-                    red = {"marked": m, "early": e, "pdrop": pd, "other": o}
-            row = (red["marked"], red["early"], red["pdrop"], red["other"], drops, backlog, sent)
+                    early, pdrop, other, marked = struct.unpack_from("=IIII", p)
+                    red = (marked, early, pdrop, other)
+            row = red + (drops, backlog, sent)
 
 
 def main():
