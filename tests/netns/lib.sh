@@ -23,6 +23,11 @@ ko() {
   fail=$((fail + 1)); echo "FAIL $name: $why"
   for f in "$@"; do [ -e "$f" ] && tail -n 8 "$f" | sed "s/^/    ${f##*/}: /"; done
 }
+# stop PID: ends a background job started through a shell function (`X ... &`,
+# `in_ns ... &`). $! is then a subshell with the program under it (ip netns exec, which
+# becomes timeout, then the program): TERM to the subshell alone would leave the program
+# running until its timeout. timeout passes the TERM on.
+stop() { pkill -TERM -P "$1" 2>/dev/null; kill "$1" 2>/dev/null; wait "$1" 2>/dev/null; }
 # Whether interface DEV in namespace NS has its IPv6 link-local address, no longer
 # tentative: the GID table (and so GID indexes) is settled.
 settled() { ip -n "$1" -6 addr show dev "$2" scope link | grep -q inet6 && ! ip -n "$1" -6 addr show dev "$2" | grep -q tentative; }

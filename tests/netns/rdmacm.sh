@@ -6,7 +6,7 @@
 #                 rdma_server/rdma_client (rdma_create_ep,
 #                 synchronous IDs), ib_write_bw -R (1 and 4 QPs), ib_read_bw -R and
 #                 ib_send_lat -R (perftest makes and drops a connection, then listens
-#                 again on the same port for the next at once): server in rc-b
+#                 again on the same port a second later): server in rc-b
 #                 (10.94.0.2), client in rc-a
 #                 rping -q (the program's own QP, brought up with rdma_init_qp_attr; the
 #                 connection made without a QP on the ID, then rdma_establish), on either
@@ -14,6 +14,9 @@
 #   one host      rping on one veth end and on lo, ib_write_bw -R on lo
 #   backlog       8 requests to a listener (backlog 2) that reads nothing: 2 wait, the
 #                 rest are dropped unanswered and their resends find room once it reads
+#   relisten      a request that comes between two listens on one port, a second
+#                 after the first listener went (perftest -R's race): the second
+#                 listener gets it
 #   fork          a server and a client, children of fork() of a parent that has the
 #                 device open, connect and send (rdma_get_send_comp on rdma_cm's CQ)
 #   refused       a port nobody listens on: RDMA_CM_EVENT_REJECTED with IB's reason 8
@@ -142,6 +145,20 @@ if cc -O1 -Wall -o "$bl" "$here/rdmacm_backlog.c" -lrdmacm -libverbs 2>"$out/bac
   else ko listen-backlog "exit $rc; counts (want 2, 2, 4)" "$s" "$c"; fi
 else ko listen-backlog "cc failed" "$out/backlog.cc"; fi
 
+# perftest -R's race, made certain: a listening ID destroyed, a request to its port a
+# second later (perftest sleeps 1 s before it listens again), a new listener 100 ms after
+# that. The port stays listened on for a while after its listener went, so the new one
+# gets the request (and rejects it: reason 28) instead of it being refused for want of a
+# listener (reason 8), which perftest 4.5-0.17 cannot retry.
+rl=$out/rdmacm_relisten
+if cc -O1 -Wall -o "$rl" "$here/rdmacm_relisten.c" -lrdmacm -libverbs 2>"$out/relisten.cc"; then
+  X $A "$rl" 10.94.0.1 7473 1000 >"$out/relisten.log" 2>&1; rc=$?
+  if [ $rc = 0 ] && grep -q "^server got the request$" "$out/relisten.log" &&
+     grep -q "^client rejected status 28$" "$out/relisten.log"; then
+    ok relisten "a request 1 s after its port's listener went reaches the next listener"
+  else ko relisten "exit $rc" "$out/relisten.log"; fi
+else ko relisten "cc failed" "$out/relisten.cc"; fi
+
 # Children of fork() whose parent has the device open (Python's multiprocessing runs
 # rdma-core's rdma_cm tests so): a server and a client, each a child, connect through
 # rdma_cm and send a message; the client waits for its completion on the CQ rdma_cm made
@@ -161,7 +178,7 @@ sleep 1.5
 t0=$(date +%s%N)
 X $A rping -c -a 10.94.0.2 -p 7999 -C 1 >"$out/refused.client" 2>&1; rc=$?
 ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-kill $sp 2>/dev/null; wait $sp 2>/dev/null
+stop $sp
 if [ $rc != 0 ] && grep -q "RDMA_CM_EVENT_REJECTED, error 8" "$out/refused.client" && [ $ms -lt 5000 ]; then
   ok refused "RDMA_CM_EVENT_REJECTED, error 8 in $ms ms"
 else ko refused "exit $rc after $ms ms" "$out/refused.client"; fi

@@ -32,8 +32,12 @@ use crate::qp::{ah_attr_of, qp_of};
 
 /// How often a listener's thread looks whether its ID still lives.
 const LISTEN_POLL: Duration = Duration::from_millis(200);
-/// How long a port stays listened on after its listening ID went (see `stop_listening`).
-const LINGER: Duration = Duration::from_millis(500);
+/// How long a port stays listened on after its listening ID went (see `stop_listening`):
+/// perftest -R destroys its first listening ID, sleeps a second, syncs with its client
+/// and only then listens again, while the client connects as soon as it is synced. Half
+/// a second (as before) let that request find no listener and be refused (reason 8),
+/// which perftest 4.5-0.17's retry cannot survive (it reuses the IDs it destroyed).
+const LINGER: Duration = Duration::from_secs(2);
 /// How long a REP (or an RTU after accepting) may take: the CM's own resends give up
 /// sooner (UNREACHABLE), so this only bounds a thread's life.
 const ANSWER: Duration = Duration::from_secs(60);
@@ -133,7 +137,8 @@ fn take_over(l: &mut [(ListenKey, Weak<Shared>)], key: &ListenKey) -> bool {
 
 /// A listening ID went: its port stays listened on for `LINGER`, so that requests
 /// arriving while the program makes the next listening ID on it (perftest's second
-/// connection follows its first at once) wait for that one instead of being refused.
+/// connection follows its first a second later) wait for that one instead of being
+/// refused.
 /// Then, if no ID listens on it, the requests still queued are refused.
 pub(crate) fn stop_listening(dev: Arc<CmDevice>, ud: bool, port: u16) {
     let key = (dev.name.clone(), ud, port);
