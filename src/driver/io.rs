@@ -35,6 +35,9 @@ pub struct DriverCounters {
     /// ring's `send`). Against messages, what a message costs the kernel; a ping-pong
     /// that sends each ACK with its reply makes one per message.
     pub tx_batches: u64,
+    /// Errors the kernel left pending on the link's socket, read and cleared (ENETDOWN:
+    /// its interface went down or away).
+    pub link_errors: u64,
 }
 
 /// Loopback rounds one transmission runs (each delivers what the previous one sent, and
@@ -110,6 +113,15 @@ impl LinkIo {
         let mac = self.resolver.resolve(ip, timeout)?;
         relock(&self.neighbours).insert(ip, mac);
         Ok(mac)
+    }
+
+    /// Reads and clears an error pending on the link's socket, counting it (see
+    /// [`Link::take_error`]).
+    pub(super) fn clear_link_error(&self) {
+        if let Some(e) = self.link.take_error() {
+            tracing::info!(error = %e, "the link's socket reported an error; cleared");
+            relock(&self.counters).link_errors += 1;
+        }
     }
 
     pub(super) fn counters(&self) -> DriverCounters {

@@ -51,6 +51,8 @@ fn rounds(s: &Shared) {
     let mut seen_polls = 0;
     let mut nap = APP_POLL_RECHECK;
     let mut napped = false;
+    // The last poll said the link was ready (see the receive below).
+    let mut link_ready = false;
     while !s.wake.stopping() {
         let mut progressed = false;
         let mut received = 0;
@@ -70,6 +72,13 @@ fn rounds(s: &Shared) {
             }
         }
 
+        if std::mem::take(&mut link_ready) && received == 0 {
+            // Ready with nothing to receive: an error is pending on the socket (ENETDOWN
+            // when the interface went down or away), and until it is read every poll
+            // returns at once: the driver would spin on a CPU from then on, even once the
+            // link is back.
+            s.io.clear_link_error();
+        }
         if s.linger.requests() != requests && s.wake.app_polls.load(Ordering::Relaxed) != 0 {
             // Requests that threads in poll mode left to this thread: had they lingered
             // after their last completion, they might have taken them (see `linger`).
@@ -137,7 +146,10 @@ fn rounds(s: &Shared) {
             napped = true;
             poll_readable(&fds[1..], Some(nap))
         } else {
-            poll_readable(&fds, None).map(|r| r >> 1)
+            poll_readable(&fds, None).map(|r| {
+                link_ready = r & 1 != 0;
+                r >> 1
+            })
         };
         let ready = match ready {
             Ok(r) => r,

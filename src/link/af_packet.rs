@@ -316,6 +316,15 @@ impl RawSocket {
         self.vnet
     }
 
+    /// Reads and clears the error the kernel left on the socket (SO_ERROR), if any:
+    /// ENETDOWN when the interface went down or away. Until it is read, poll(2) reports
+    /// the socket ready (POLLERR) however often it is asked, with nothing to receive.
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        Ok(rustix::net::sockopt::socket_error(&self.fd)?
+            .err()
+            .map(|e| io::Error::from_raw_os_error(e.raw_os_error())))
+    }
+
     /// The interface index the socket is bound to.
     pub fn ifindex(&self) -> u32 {
         self.ifindex

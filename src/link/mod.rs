@@ -93,6 +93,13 @@ pub trait Link: Send + Sync + 'static {
     fn same_host(&self) -> Option<&'static str> {
         None
     }
+    /// Reads and clears an error the kernel left pending on the link's socket (ENETDOWN
+    /// when its interface went down or was deleted), which makes the socket poll ready
+    /// with nothing to receive until it is read. The driver asks when a poll said the link
+    /// was ready and no frame came.
+    fn take_error(&self) -> Option<io::Error> {
+        None
+    }
     /// A descriptor that polls readable when the link may have gone up or down, or `None`
     /// for a link whose state never changes (the in-memory one).
     fn state_fd(&self) -> Option<RawFd> {

@@ -691,6 +691,12 @@ impl Link for PacketLink {
     fn fd(&self) -> RawFd {
         self.socket.as_raw_fd()
     }
+    fn take_error(&self) -> Option<io::Error> {
+        self.socket.take_error().unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "cannot read the packet socket's SO_ERROR");
+            None
+        })
+    }
     fn recv_batch(&self, batch: &mut FrameBatch) -> io::Result<usize> {
         let b = batch;
         let n = self

@@ -311,6 +311,7 @@ impl Context {
         v.push(("rx_not_roce", d.rx_not_roce));
         v.push(("tx_no_neighbour", d.tx_no_neighbour));
         v.push(("link_send_err", d.send_err));
+        v.push(("link_errors", d.link_errors));
         v.push(("loopback_pkts", d.loopback));
         v.push(("link_tx_batches", d.tx_batches));
         v.push(("rx_socket_drops", self.shared().link_rx_drops()));

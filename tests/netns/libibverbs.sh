@@ -21,9 +21,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/netns/lib.sh
 . "$here/lib.sh" "$@"
 A=fv-a B=fv-b C=fv-c          # C: a namespace with nothing but lo, down
+D=fv-d                        # D: a veth pair of its own, for an interface that goes away
 IA=fv-a0 IB=fv-b0 SERVER=10.89.0.2
 out=${OUT:-$root/target}/libibverbs; rm -rf "$out"; mkdir -p "$out"
-cleanup() { for ns in $A $B $C; do ip netns del "$ns" 2>/dev/null; done; true; }
+cleanup() { for ns in $A $B $C $D; do ip netns del "$ns" 2>/dev/null; done; true; }
 trap cleanup EXIT
 cleanup
 if ! { ip netns add $A && ip netns add $B && ip netns add $C; }; then echo "cannot create network namespaces (need root)"; exit 1; fi
@@ -92,7 +93,7 @@ pair() {
   fi
   # A server whose client is gone gets 10 s to finish before it is stopped.
   for _ in $(seq 1 100); do kill -0 $sp 2>/dev/null || break; sleep 0.1; done
-  kill $sp 2>/dev/null
+  pkill -TERM -P $sp 2>/dev/null; kill $sp 2>/dev/null # (see stop in lib.sh)
   wait $sp || { rc=$?; why="${why:-server exit $rc}"; }
   local summary=""
   if [ -z "$why" ]; then
@@ -229,7 +230,7 @@ wait_state PORT_DOWN; down=$(port_state)
 ip -n $B link set $IB up
 wait_state PORT_ACTIVE; after=$(port_state)
 for _ in $(seq 1 50); do grep -q '(9), port 1' "$e.watch" && break; sleep 0.1; done
-kill $wp 2>/dev/null; wait $wp 2>/dev/null
+stop $wp
 events=$(grep -o 'event_type .*' "$e.watch" | tr '\n' ';')
 order=$(grep -oE '\((9|10)\), port 1' "$e.watch" | tr -d '\n')
 if [ "$before/$down/$after" = PORT_ACTIVE/PORT_DOWN/PORT_ACTIVE ] && [ "$order" = "(10), port 1(9), port 1" ]; then
@@ -241,6 +242,35 @@ fi
 # again, are settled: the GID indexes are those read at the start).
 for _ in $(seq 1 100); do settled $A $IA && settled $B $IB && break; sleep 0.1; done
 pair rc-after-port-events 18541 pingpong -g ibv_rc_pingpong -c -s 4096 -n 100
+
+# --- its own interface goes down, comes back and goes away: the process stays idle ------
+# A packet socket whose interface goes down or is deleted is left an error (ENETDOWN),
+# and polls ready until the error is read: a driver that never read it spun on a CPU from
+# then on, the link back or not. ibv_asyncwatch (the device open, nothing to do) on
+# fv-d0, a veth with its peer in the same namespace: the CPU time it takes in 2 s idle,
+# with its interface down (it hears PORT_ERR), up again, and deleted. A spinning driver
+# takes about 200 ticks (USER_HZ 100); an idle process about none. The limit is 40.
+ip netns add $D && ip link add fv-d0 netns $D type veth peer name fv-d1 netns $D
+ip -n $D link set lo up; ip -n $D addr add 10.90.0.1/24 dev fv-d0
+ip -n $D link set fv-d0 up; ip -n $D link set fv-d1 up
+e=$out/link-gone
+in_ns $D 40 stdbuf -oL ibv_asyncwatch -d fv-d0 >"$e.watch" 2>&1 &
+wp=$!
+for _ in $(seq 1 100); do grep -q 'async event FD' "$e.watch" && break; sleep 0.05; done
+wpid=$(pgrep -n -x ibv_asyncwatch)
+ticks() { awk '{ print $14 + $15 }' "/proc/$wpid/stat" 2>/dev/null; }
+cpu2s() { local t0 t1; t0=$(ticks); sleep 2; t1=$(ticks); echo $(( ${t1:-99999} - ${t0:-0} )); }
+idle=$(cpu2s)
+ip -n $D link set fv-d0 down; sleep 0.3; down=$(cpu2s)
+ip -n $D link set fv-d0 up; sleep 0.3; up=$(cpu2s)
+ip -n $D link del fv-d0; sleep 0.3; gone=$(cpu2s)
+alive=no; [ -n "$wpid" ] && kill -0 "$wpid" 2>/dev/null && alive=yes
+stop $wp
+figures="ticks in 2 s: idle $idle, down $down, up again $up, deleted $gone; still running: $alive"
+if [ -n "$wpid" ] && [ $alive = yes ] && [ "$idle" -lt 40 ] && [ "$down" -lt 40 ] && [ "$up" -lt 40 ] &&
+   [ "$gone" -lt 40 ] && grep -q '(10), port 1' "$e.watch"; then
+  ok link-gone-idle "$figures"
+else ko link-gone-idle "$figures (limit 40 each; PORT_ERR expected)" "$e.watch"; fi
 
 # --- what must fail cleanly -------------------------------------------------------------
 # No usable interface (only lo, down): the header and no device, exit 0.
@@ -274,7 +304,7 @@ sp=$!
 if wait_port $B 18543 $sp; then
   in_ns $A 20 ibv_rc_pingpong -d $IA -g 0 -p 18543 $SERVER >"$e.client" 2>&1; rc=$?
 else rc=none; : >"$e.client"; fi
-kill $sp 2>/dev/null; wait $sp 2>/dev/null
+stop $sp
 want="ferroce: peer $gid0 is unreachable from $IA (no ARP/ND answer)"
 n=$(grep -cF "$want" "$e.client")
 if [ -n "$gid0" ] && [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ "$rc" != none ] && [ "$n" = 1 ] &&
