@@ -23,42 +23,52 @@ if [ ! -f "$tests/netns/run.sh" ] || [ ! -x "$F" ]; then echo "guest: cannot see
 # (A LIBDIR that cannot be seen is left as it is: the programs then fail, saying so.)
 [ -z "$LIBDIR" ] || [ -d "$LIBDIR" ] || [ ! -d "/run/hostroot$LIBDIR" ] || LIBDIR=/run/hostroot$LIBDIR
 rc=0
+# Each section's header, after the time the one before it took (the VM is most of CI's
+# run time; this says where it goes).
+section_name="" section_t0=0
+section() {
+  local now; now=$(date +%s)
+  [ -z "$section_name" ] || echo "===== $section_name took $((now - section_t0)) s ====="
+  section_name=${1%%:*} section_t0=$now
+  [ -z "$1" ] || echo "===== $1 ====="
+}
 case ",$PARTS," in *,netns,*)
-  echo "===== netns: ferroce <-> ferroce over veth, with netem ====="
+  section "netns: ferroce <-> ferroce over veth, with netem"
   bash "$tests/netns/run.sh" "$F" || rc=1 ;;
 esac
 case ",$PARTS," in *,dcqcn,*)
-  echo "===== dcqcn: two ferroce flows through an htb + RED ECN bottleneck ====="
+  section "dcqcn: two ferroce flows through an htb + RED ECN bottleneck"
   OUT=${OUT:-.} bash "$tests/dcqcn/run.sh" "$F" "$(dirname "$F")/examples/dcqcn_report" || rc=1 ;;
 esac
 case ",$PARTS," in *,interop,*)
-  echo "===== interop: ferroce <-> Linux rxe ====="
+  section "interop: ferroce <-> Linux rxe"
   bash "$tests/interop/rxe_pingpong.sh" "$F" "$MODE" || rc=1
-  echo "===== perftest: ferroce perf <-> perftest on Linux rxe ====="
+  section "perftest: ferroce perf <-> perftest on Linux rxe"
   bash "$tests/interop/rxe_perftest.sh" "$F" "$MODE" || rc=1
-  echo "===== rxe-cm: ferroce's connection manager <-> rdma_cm on rxe (ucmatose) ====="
+  section "rxe-cm: ferroce's connection manager <-> rdma_cm on rxe (ucmatose)"
   bash "$tests/interop/rxe_cm.sh" "$F" || rc=1
 esac
 case ",$PARTS," in *,interop,*|*,rxelib,*)
-  echo "===== rxe-libibverbs: the same rdma-core programs on ferroce's libibverbs and on rxe ====="
+  section "rxe-libibverbs: the same rdma-core programs on ferroce's libibverbs and on rxe"
   FERROCE_LIBDIR=$LIBDIR bash "$tests/interop/rxe_libibverbs.sh" "$F" "$MODE" || rc=1
-  echo "===== rxe-rdmacm: the same rdma_cm programs on ferroce's librdmacm and on rxe ====="
+  section "rxe-rdmacm: the same rdma_cm programs on ferroce's librdmacm and on rxe"
   FERROCE_LIBDIR=$LIBDIR bash "$tests/interop/rxe_rdmacm.sh" "$F" || rc=1 ;;
 esac
 case ",$PARTS," in *,interop,*|*,rdmacore,*)
-  echo "===== rdma-core-rxe: rdma-core's test suite on rxe and on ferroce's libibverbs ====="
+  section "rdma-core-rxe: rdma-core's test suite on rxe and on ferroce's libibverbs"
   FERROCE_LIBDIR=$LIBDIR bash "$tests/interop/rxe_rdma_core.sh" "$F" || rc=1 ;;
 esac
 case ",$PARTS," in *,probe,*)
-  echo "===== probe-rxe: ferroce probe conformance against Linux rxe ====="
+  section "probe-rxe: ferroce probe conformance against Linux rxe"
   OUT=${OUT:-.} bash "$tests/probe/conformance.sh" "$F" rxe || rc=1 ;;
 esac
 case ",$PARTS," in *,fuzz,*)
-  echo "===== probe-fuzz-rxe: ferroce probe fuzz against Linux rxe ====="
+  section "probe-fuzz-rxe: ferroce probe fuzz against Linux rxe"
   OUT=${OUT:-.} bash "$tests/probe/fuzz.sh" "$F" rxe 45 || rc=1 ;;
 esac
 case ",$PARTS," in *,fuzzlong,*)
-  echo "===== probe-fuzz-rxe: a long ferroce probe fuzz run against Linux rxe ====="
+  section "probe-fuzz-rxe: a long ferroce probe fuzz run against Linux rxe"
   FUZZ_SEED=${FUZZ_SEED:-7} OUT=${OUT:-.} bash "$tests/probe/fuzz.sh" "$F" rxe "${FUZZ_SECS:-1200}" || rc=1 ;;
 esac
+section ""
 exit $rc
