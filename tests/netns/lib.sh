@@ -21,7 +21,7 @@ ok() { pass=$((pass + 1)); echo "PASS $1${2:+: $2}"; }
 ko() {
   local name=$1 why=$2 f; shift 2
   fail=$((fail + 1)); echo "FAIL $name: $why"
-  for f in "$@"; do [ -e "$f" ] && tail -n 8 "$f" | sed "s/^/    ${f##*/}: /"; done
+  for f in "$@"; do [ -e "$f" ] && tail -n 24 "$f" | sed "s/^/    ${f##*/}: /"; done
 }
 # stop PID: ends a background job started through a shell function (`X ... &`,
 # `in_ns ... &`). $! is then a subshell with the program under it (ip netns exec, which
