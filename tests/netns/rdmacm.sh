@@ -14,6 +14,8 @@
 #   one host      rping on one veth end and on lo, ib_write_bw -R on lo
 #   backlog       8 requests to a listener (backlog 2) that reads nothing: 2 wait, the
 #                 rest are dropped unanswered and their resends find room once it reads
+#   port in use   a second server on a port one listens on fails (EADDRINUSE); the first
+#                 serves; a SIGKILLed server's port is free at once
 #   relisten      a request that comes between two listens on one port, a second
 #                 after the first listener went (perftest -R's race): the second
 #                 listener gets it
@@ -158,6 +160,30 @@ if cc -O1 -Wall -o "$rl" "$here/rdmacm_relisten.c" -lrdmacm -libverbs 2>"$out/re
     ok relisten "a request 1 s after its port's listener went reaches the next listener"
   else ko relisten "exit $rc" "$out/relisten.log"; fi
 else ko relisten "cc failed" "$out/relisten.cc"; fi
+
+# Two servers on one port of one host: the second's rdma_listen fails with EADDRINUSE, as
+# rdma_cm's does, instead of both answering the client's request (each process runs a
+# connection manager of its own and sees every request); the first serves the client.
+# A server killed with SIGKILL leaves its port free at once for the next.
+iu=$out/inuse
+X $B rping -s -a 10.94.0.2 -p 7475 -v >"$iu.server1" 2>&1 & s1=$!
+sleep 1.5
+X $B rping -s -a 10.94.0.2 -p 7475 -v >"$iu.server2" 2>&1; rc2=$?
+X $A rping -c -a 10.94.0.2 -p 7475 -C 10 -V -v >"$iu.client" 2>&1; rc=$?
+wait $s1 || rc=1
+X $B rping -s -a 10.94.0.2 -p 7476 -v >"$iu.killed" 2>&1 & s3=$!
+sleep 1.5
+pkill -KILL -f "^rping -s -a 10.94.0.2 -p 7476"; wait $s3 2>/dev/null
+X $B rping -s -a 10.94.0.2 -p 7476 -v >"$iu.server4" 2>&1 & s4=$!
+sleep 1.5
+X $A rping -c -a 10.94.0.2 -p 7476 -C 10 -V -v >"$iu.client4" 2>&1 || rc=1
+wait $s4 || rc=1
+if [ $rc = 0 ] && [ $rc2 != 0 ] && grep -q "rdma_listen: Address already in use" "$iu.server2" &&
+   [ "$(grep -c '^ping data: rdma-ping-' "$iu.client")" = 10 ] &&
+   [ "$(grep -c '^server ping data: rdma-ping-' "$iu.server1")" = 10 ] &&
+   [ "$(grep -c '^ping data: rdma-ping-' "$iu.client4")" = 10 ]; then
+  ok port-in-use "a second server on the port: '$(grep -m1 'rdma_listen' "$iu.server2")'; the first served 10 pings; after a SIGKILL the port is free"
+else ko port-in-use "exit $rc, second server exit $rc2" "$iu.server2" "$iu.client" "$iu.server1" "$iu.client4"; fi
 
 # Children of fork() whose parent has the device open (Python's multiprocessing runs
 # rdma-core's rdma_cm tests so): a server and a client, each a child, connect through

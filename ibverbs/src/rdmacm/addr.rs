@@ -134,14 +134,32 @@ fn source_towards(dst: IpAddr) -> Result<IpAddr, c_int> {
         .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
 }
 
-/// Binds the ID's state to `a` (port 0: one of the local range).
+/// Binds the ID's state to `a` (port 0: one of the local range that no other process
+/// listens on, on its device or any for a wildcard address; see `ports`).
 fn bind(st: &mut St, a: SocketAddr) -> Result<(), c_int> {
     let mut a = a;
-    if a.port() == 0 {
-        a.set_port(ephemeral_port());
-    }
     if !a.ip().is_unspecified() {
         st.dev = Some(devices::with_address(a.ip())?);
+    }
+    if a.port() == 0 {
+        let names: Vec<String> = match &st.dev {
+            Some(d) => vec![d.name.clone()],
+            None => ferroce::verbs::Device::list()
+                .iter()
+                .map(|d| d.name().to_owned())
+                .collect(),
+        };
+        let mut port = ephemeral_port();
+        for _ in 0..16 {
+            if names
+                .iter()
+                .all(|n| super::ports::hold(n, st.ps, port).is_ok())
+            {
+                break;
+            }
+            port = ephemeral_port();
+        }
+        a.set_port(port);
     }
     st.src = Some(a);
     Ok(())

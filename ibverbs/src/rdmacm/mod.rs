@@ -21,6 +21,7 @@ mod ep;
 mod id;
 mod mcast;
 mod misc;
+mod ports;
 mod qp;
 
 #[cfg(test)]
