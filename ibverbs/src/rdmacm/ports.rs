@@ -34,8 +34,10 @@ pub(crate) struct PortHold {
 /// (interface, port space, port) of a hold.
 type Key = (String, rdma_port_space, u16);
 
-/// This process's holds. A child of fork() starts with none: the descriptors it inherited
-/// keep its parent's ports held, as its parent's listeners are the parent's alone.
+/// This process's holds. A child of fork() starts with none, and the descriptors it
+/// inherited keep its parent's ports held until it execs (they close on exec) or exits:
+/// as a TCP listening socket a child inherits does, and unlike rdma_cm, whose ports go
+/// with the ID whatever children the process has.
 static HELD: PerProcess<(Key, Weak<PortHold>)> = PerProcess::new();
 
 /// The abstract socket name that stands for `key`.
