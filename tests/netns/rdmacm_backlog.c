@@ -22,26 +22,10 @@
 #include <unistd.h>
 #include <rdma/rdma_cma.h>
 
+#define PROG "rdmacm_backlog"
+#include "rdmacm_util.h"
+
 #define MAXN 64
-
-static void die(const char *what)
-{
-	fprintf(stderr, "rdmacm_backlog: %s: %s\n", what, strerror(errno));
-	exit(1);
-}
-
-static struct sockaddr_storage addr_of(const char *host, const char *port)
-{
-	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM };
-	struct addrinfo *ai;
-	struct sockaddr_storage ss;
-
-	if (getaddrinfo(host, port, &hints, &ai))
-		die("getaddrinfo");
-	memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
-	freeaddrinfo(ai);
-	return ss;
-}
 
 /* The next event within `ms` milliseconds, or NULL. */
 static struct rdma_cm_event *next_event(struct rdma_event_channel *ch, int ms)

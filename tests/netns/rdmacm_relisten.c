@@ -21,24 +21,8 @@
 #include <unistd.h>
 #include <rdma/rdma_cma.h>
 
-static void die(const char *what)
-{
-	fprintf(stderr, "rdmacm_relisten: %s: %s\n", what, strerror(errno));
-	exit(1);
-}
-
-static struct sockaddr_storage addr_of(const char *host, const char *port)
-{
-	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM };
-	struct addrinfo *ai;
-	struct sockaddr_storage ss;
-
-	if (getaddrinfo(host, port, &hints, &ai))
-		die("getaddrinfo");
-	memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
-	freeaddrinfo(ai);
-	return ss;
-}
+#define PROG "rdmacm_relisten"
+#include "rdmacm_util.h"
 
 /* The next event of kind `kind` within 5 s (acknowledged, its status and ID kept), or
  * exit 1 naming what came instead. */
