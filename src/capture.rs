@@ -6,6 +6,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
+use pcap_file::pcapng::blocks::interface_description::{
+    InterfaceDescriptionBlock, InterfaceDescriptionOption,
+};
 use pcap_file::pcapng::{Block, PcapNgReader};
 use pcap_file::DataLink;
 
@@ -86,11 +89,62 @@ enum Inner<R: Read> {
     PcapNg(PcapNgReader<R>),
 }
 
+/// What a pcapng interface description says about its packets.
+#[derive(Debug, Clone, Copy)]
+struct Interface {
+    link: LinkType,
+    /// `if_tsresol`: a timestamp counts units of 10^-n seconds, or 2^-n with the top bit
+    /// set; 6 (microseconds) when the option is absent.
+    tsresol: u8,
+    /// `if_tsoffset`: seconds to add to every timestamp.
+    tsoffset: u64,
+}
+
+impl Interface {
+    fn of(i: &InterfaceDescriptionBlock<'_>) -> Interface {
+        let mut me = Interface {
+            link: LinkType::from(i.linktype),
+            tsresol: 6,
+            tsoffset: 0,
+        };
+        for o in &i.options {
+            match o {
+                InterfaceDescriptionOption::IfTsResol(r) => me.tsresol = *r,
+                InterfaceDescriptionOption::IfTsOffset(s) => me.tsoffset = *s,
+                _ => {}
+            }
+        }
+        me
+    }
+
+    /// The time of a packet whose raw 64-bit timestamp `pcap-file` handed over as that
+    /// many nanoseconds, whatever the interface's resolution.
+    fn time(&self, raw: Duration) -> Duration {
+        let ticks = raw.as_nanos();
+        let nanos = if self.tsresol & 0x80 == 0 {
+            let exp = u32::from(self.tsresol);
+            if exp <= 9 {
+                ticks.saturating_mul(10u128.pow(9 - exp))
+            } else {
+                ticks / 10u128.saturating_pow(exp - 9)
+            }
+        } else {
+            let bits = u32::from(self.tsresol & 0x7f);
+            ticks
+                .saturating_mul(1_000_000_000)
+                .checked_shr(bits)
+                .unwrap_or(0)
+        };
+        let nanos = u64::try_from(nanos).unwrap_or(u64::MAX);
+        Duration::from_nanos(nanos).saturating_add(Duration::from_secs(self.tsoffset))
+    }
+}
+
 /// A streaming reader over a pcap or pcapng file.
 pub struct CaptureReader<R: Read> {
     inner: Inner<R>,
-    /// Link types of the pcapng interfaces seen so far, by interface id.
-    interfaces: Vec<LinkType>,
+    /// The pcapng interfaces seen so far in the section, by interface id.
+    interfaces: Vec<Interface>,
     next_index: usize,
 }
 
@@ -148,18 +202,20 @@ impl<R: Read> CaptureReader<R> {
                 };
                 match block {
                     Block::SectionHeader(_) => self.interfaces.clear(),
-                    Block::InterfaceDescription(i) => {
-                        self.interfaces.push(LinkType::from(i.linktype))
-                    }
+                    Block::InterfaceDescription(i) => self.interfaces.push(Interface::of(&i)),
                     Block::EnhancedPacket(p) => {
-                        let link = usize::try_from(p.interface_id)
+                        let interface = usize::try_from(p.interface_id)
                             .ok()
                             .and_then(|i| self.interfaces.get(i).copied())
-                            .unwrap_or(LinkType::Other(u32::MAX));
+                            .unwrap_or(Interface {
+                                link: LinkType::Other(u32::MAX),
+                                tsresol: 6,
+                                tsoffset: 0,
+                            });
                         break Ok(CapturedFrame {
                             index,
-                            timestamp: p.timestamp,
-                            link,
+                            timestamp: interface.time(p.timestamp),
+                            link: interface.link,
                             data: p.data.into_owned(),
                         });
                     }
@@ -216,5 +272,74 @@ impl<W: Write> PcapSink<W> {
     /// Flushes and returns the underlying writer.
     pub fn into_inner(self) -> W {
         self.writer.into_writer()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
+    use pcap_file::pcapng::PcapNgWriter;
+
+    /// A pcapng file of one interface with `options` and one packet whose raw timestamp
+    /// is `raw` (pcap-file writes a `Duration`'s nanoseconds as the raw count).
+    fn pcapng(options: Vec<InterfaceDescriptionOption<'static>>, raw: u64) -> Vec<u8> {
+        let mut w = PcapNgWriter::new(Vec::new()).unwrap();
+        w.write_pcapng_block(InterfaceDescriptionBlock {
+            linktype: DataLink::ETHERNET,
+            snaplen: 0,
+            options,
+        })
+        .unwrap();
+        w.write_pcapng_block(EnhancedPacketBlock {
+            interface_id: 0,
+            timestamp: Duration::from_nanos(raw),
+            original_len: 4,
+            data: vec![1, 2, 3, 4].into(),
+            options: vec![],
+        })
+        .unwrap();
+        w.into_inner()
+    }
+
+    fn first_time(bytes: Vec<u8>) -> Duration {
+        let mut r = CaptureReader::new(&bytes[..], [0x0a, 0x0d, 0x0d, 0x0a]).unwrap();
+        let f = r.next().unwrap().unwrap();
+        assert_eq!(
+            (f.link, f.data.as_slice()),
+            (LinkType::Ethernet, &[1, 2, 3, 4][..])
+        );
+        f.timestamp
+    }
+
+    #[test]
+    fn pcapng_timestamps_follow_the_interface_resolution() {
+        // 2026-11-29 17:45:26.059493 UTC, as dumpcap and editcap write it: microseconds
+        // (no if_tsresol option). It once read as 1970-01-21.
+        let us = 1_795_974_326_059_493;
+        assert_eq!(first_time(pcapng(vec![], us)), Duration::from_micros(us));
+        let ns = us * 1000 + 7;
+        let nano = vec![InterfaceDescriptionOption::IfTsResol(9)];
+        assert_eq!(first_time(pcapng(nano, ns)), Duration::from_nanos(ns));
+        // Milliseconds, 2^-10 s, and an offset in seconds.
+        let ms = vec![InterfaceDescriptionOption::IfTsResol(3)];
+        assert_eq!(first_time(pcapng(ms, 1500)), Duration::from_millis(1500));
+        let bin = vec![InterfaceDescriptionOption::IfTsResol(0x80 | 10)];
+        assert_eq!(first_time(pcapng(bin, 3 * 1024)), Duration::from_secs(3));
+        let off = vec![
+            InterfaceDescriptionOption::IfTsResol(9),
+            InterfaceDescriptionOption::IfTsOffset(100),
+        ];
+        assert_eq!(first_time(pcapng(off, 5)), Duration::new(100, 5));
+        // Resolutions finer than a nanosecond, and absurd ones, do not overflow.
+        let ps = vec![InterfaceDescriptionOption::IfTsResol(12)];
+        assert_eq!(first_time(pcapng(ps, 2_000_000)), Duration::from_micros(2));
+        let huge = vec![InterfaceDescriptionOption::IfTsResol(0x7f)];
+        assert_eq!(first_time(pcapng(huge, u64::MAX)), Duration::ZERO);
+        let tiny = vec![InterfaceDescriptionOption::IfTsResol(0)];
+        assert_eq!(
+            first_time(pcapng(tiny, u64::MAX)),
+            Duration::from_nanos(u64::MAX)
+        );
     }
 }

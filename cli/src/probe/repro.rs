@@ -15,7 +15,9 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use pcap_file::pcapng::blocks::enhanced_packet::{EnhancedPacketBlock, EnhancedPacketOption};
-use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
+use pcap_file::pcapng::blocks::interface_description::{
+    InterfaceDescriptionBlock, InterfaceDescriptionOption,
+};
 use pcap_file::pcapng::blocks::section_header::{SectionHeaderBlock, SectionHeaderOption};
 use pcap_file::pcapng::{Block, PcapNgReader, PcapNgWriter};
 use pcap_file::{DataLink, Endianness};
@@ -76,10 +78,13 @@ impl Repro {
         };
         let file = BufWriter::new(File::create(path)?);
         let mut w = PcapNgWriter::with_section_header(file, shb).map_err(e)?;
+        // The timestamps below are nanoseconds (pcap-file writes a `Duration` so); without
+        // saying so, readers take pcapng's default, microseconds (Wireshark showed the
+        // year 58865).
         w.write_pcapng_block(InterfaceDescriptionBlock {
             linktype: DataLink::ETHERNET,
             snaplen: 0,
-            options: vec![],
+            options: vec![InterfaceDescriptionOption::IfTsResol(9)],
         })
         .map_err(e)?;
         let t0 = SystemTime::now()
@@ -423,6 +428,18 @@ mod tests {
             frames: vec![(Dir::Out, vec![1; 70]), (Dir::In, vec![2; 60])],
         };
         r.write(&path).unwrap();
+        // A reader that honours pcapng's timestamp resolution (Wireshark, `ferroce
+        // decode`) sees the time of writing, not microseconds taken for nanoseconds.
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap();
+        for f in ferroce::capture::CaptureReader::open(&path).unwrap() {
+            let t = f.unwrap().timestamp;
+            assert!(
+                now.abs_diff(t) < Duration::from_secs(60),
+                "{t:?} against {now:?}"
+            );
+        }
         let back = Repro::read(&path).unwrap();
         assert_eq!(back.conn, r.conn);
         assert_eq!(back.finding, r.finding);
