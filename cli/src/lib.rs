@@ -8,3 +8,4 @@
 pub mod apps;
 pub mod decode;
 pub mod probe;
+pub mod resends;

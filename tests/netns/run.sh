@@ -106,9 +106,11 @@ check_stats() {  # CASE KEY ERE SAYS: both ends of CASE printed a --stats line "
     fail=$((fail + 1)); echo "FAIL $1 did not print '$2: $3'"; grep -h "^$2:" "$out/$1".* | sed 's/^/    /'
   fi
 }
-check_capture() {  # CASE: its client's capture holds only RoCE frames with valid ICRCs
-  if "$F" decode "$out/$1.pcap" | tail -1 | grep -q '(0 with a bad ICRC), 0 corrupt'; then
-    pass=$((pass + 1)); echo "PASS $1 capture decodes with valid ICRCs"
+check_capture() {  # CASE: its client's capture holds only RoCE frames with valid ICRCs,
+  # and neither requester sent one PSN as two different packets.
+  if "$F" decode "$out/$1.pcap" | tail -1 |
+     grep -q '(0 with a bad ICRC), 0 corrupt.*; 0 request PSNs reused'; then
+    pass=$((pass + 1)); echo "PASS $1 capture decodes with valid ICRCs, no PSN reused"
   else
     fail=$((fail + 1)); echo "FAIL $1 capture"
   fi

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::Args;
 use ferroce::capture::{CaptureError, CaptureReader};
 use ferroce_cli::decode::{classify, summarize, Classified, Totals};
+use ferroce_cli::resends::ResendCheck;
 
 use super::CliError;
 
@@ -28,6 +29,7 @@ pub fn run(a: DecodeArgs) -> Result<ExitCode, CliError> {
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let mut totals = Totals::default();
+    let mut resends = ResendCheck::new();
     for frame in reader {
         let frame = match frame {
             Ok(f) => f,
@@ -59,17 +61,27 @@ pub fn run(a: DecodeArgs) -> Result<ExitCode, CliError> {
                 if s.json["icrc_ok"] == false {
                     totals.icrc_bad += 1;
                 }
+                let reuse = resends.check(frame.index, &d);
                 if a.json {
                     writeln!(out, "{}", s.json)?;
                 } else {
                     writeln!(out, "{}", s.line)?;
                 }
+                if let Some(r) = reuse {
+                    let report = format!("{:>5} {:.6} {r}", frame.index, s.time);
+                    if a.json {
+                        eprintln!("{report}");
+                    } else {
+                        writeln!(out, "{report}")?;
+                    }
+                }
             }
         }
     }
     let summary = format!(
-        "{} frames: {} RoCE v2 ({} with a bad ICRC), {} corrupt, {} other skipped",
-        totals.frames, totals.roce, totals.icrc_bad, totals.corrupt, totals.other
+        "{} frames: {} RoCE v2 ({} with a bad ICRC), {} corrupt, {} other skipped; \
+         {} request PSNs reused for a different packet",
+        totals.frames, totals.roce, totals.icrc_bad, totals.corrupt, totals.other, resends.reused
     );
     if a.json {
         eprintln!("{summary}");

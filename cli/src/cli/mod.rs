@@ -26,7 +26,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Decode the RoCE v2 packets of a pcap or pcapng capture, one line per packet.
+    /// Decode the RoCE v2 packets of a pcap or pcapng capture, one line per packet, and
+    /// report requesters that reuse a PSN for a different packet.
     Decode(decode::DecodeArgs),
     /// Like ibv_rc_pingpong: RC SEND ping-pong with the same flags and output.
     RcPingpong(pingpong::PingPongArgs),
