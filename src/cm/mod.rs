@@ -28,6 +28,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod ports;
+
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,7 +37,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant as StdInstant};
 
-use ferroce_transport::cm::{Cm, CmConfig, CmCounters, CmEvent, CmTransmit, CommId};
+use ferroce_transport::cm::{
+    Cm, CmConfig, CmCounters, CmError, CmEvent, CmTransmit, CommId, ServedElsewhere,
+};
 use ferroce_transport::Instant;
 use ferroce_wire::cm::rdma_cm::{self, IpHeader, PortSpace};
 use ferroce_wire::cm::{RejReason, Rep, Req, SidrReq, SidrStatus, Transport};
@@ -93,6 +97,10 @@ impl std::fmt::Display for CmFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CmFailure::Verbs(e) => write!(f, "{e}"),
+            CmFailure::Cm(CmError::ServiceInUse) => write!(
+                f,
+                "port in use: another listener on this interface has it; pick another port"
+            ),
             CmFailure::Cm(e) => write!(f, "{e}"),
             CmFailure::Rejected { reason: r, .. } if *r == RejReason::INVALID_SERVICE_ID => {
                 write!(f, "connection refused: nothing listens on that port")
@@ -191,6 +199,9 @@ struct State {
     unsent: u64,
     /// When the interface's users were last counted.
     census: Option<StdInstant>,
+    /// The services listened on, each held from the host's other processes on a real
+    /// interface (`ports`).
+    holds: HashMap<u64, Option<ports::ServiceHold>>,
 }
 
 struct Inner {
@@ -210,6 +221,9 @@ struct Inner {
     wakeups: AtomicU64,
     stop: AtomicBool,
     epoch: StdInstant,
+    /// Whether listens hold their services from the host's other processes (a real
+    /// interface; see `ports`).
+    host_wide: bool,
 }
 
 /// The connection manager of one device.
@@ -253,6 +267,17 @@ impl ConnectionManager {
             ..CmConfig::default()
         };
         let fill = crate::verbs::os_random()?;
+        let mut cm = Cm::new(config, fill);
+        // A real interface, which other processes may use too: services are held
+        // host-wide, and a request for one nobody here listens on is refused only if no
+        // process holds it. (A memory link is this process's alone.)
+        let host_wide = ctx.link_users().is_some();
+        if host_wide {
+            let iface = ctx.attr().name.clone();
+            cm.set_served_elsewhere(Some(ServedElsewhere(Box::new(move |sid| {
+                ports::is_held(&iface, sid)
+            }))));
+        }
         let channel = CompletionChannel::new().ok();
         if let Some(ch) = &channel {
             cq.attach_channel(ch, 1);
@@ -266,7 +291,7 @@ impl ConnectionManager {
             send,
             pd,
             state: Mutex::new(State {
-                cm: Cm::new(config, fill),
+                cm,
                 free_send: (0..SEND_SLOTS).collect(),
                 pending: VecDeque::new(),
                 ahs: HashMap::new(),
@@ -275,11 +300,13 @@ impl ConnectionManager {
                 requests: HashMap::new(),
                 unsent: 0,
                 census: None,
+                holds: HashMap::new(),
             }),
             changed: Condvar::new(),
             wakeups: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             epoch: StdInstant::now(),
+            host_wide,
         });
         let t = inner.clone();
         let thread = std::thread::Builder::new()
@@ -307,10 +334,10 @@ impl ConnectionManager {
 
     /// Takes connection requests for `port` in rdma_cm's TCP port space (what rping,
     /// perftest's `-R` and rdma_cm's RC users connect to).
+    /// A port another process on the host listens on through this interface is refused
+    /// (`CmError::ServiceInUse`), as the kernel's rdma_cm refuses a taken port.
     pub fn listen(&self, port: u16) -> Result<(), CmFailure> {
-        let sid = rdma_cm::service_id(PortSpace::TCP, port);
-        relock(&self.inner.state).cm.listen(sid)?;
-        Ok(())
+        self.inner.listen(rdma_cm::service_id(PortSpace::TCP, port))
     }
 
     /// The next connection request for `port`.
@@ -548,9 +575,20 @@ impl ConnectionManager {
     /// Takes UD service requests (SIDR) for `port` in rdma_cm's UDP port space (what
     /// udaddy and rdma_cm's UD users resolve).
     pub fn listen_ud(&self, port: u16) -> Result<(), CmFailure> {
-        let sid = rdma_cm::service_id(PortSpace::UDP, port);
-        relock(&self.inner.state).cm.listen(sid)?;
-        Ok(())
+        self.inner.listen(rdma_cm::service_id(PortSpace::UDP, port))
+    }
+
+    /// Whether any process on the host (this one included) listens on `port` through
+    /// this interface; `ud` for rdma_cm's UDP port space, else its TCP one. For picking
+    /// a free ephemeral port.
+    pub fn port_in_use(&self, port: u16, ud: bool) -> bool {
+        let ps = if ud { PortSpace::UDP } else { PortSpace::TCP };
+        let sid = rdma_cm::service_id(ps, port);
+        if self.inner.host_wide {
+            ports::is_held(&self.inner.ctx.attr().name, sid)
+        } else {
+            relock(&self.inner.state).holds.contains_key(&sid)
+        }
     }
 
     /// The next UD service request for `port`.
@@ -793,10 +831,35 @@ impl Inner {
     }
 
     /// Stops listening on `sid` and refuses what is queued for it.
+    /// Holds `sid` from the host's other processes, then listens on it.
+    fn listen(&self, sid: u64) -> Result<(), CmFailure> {
+        let mut s = relock(&self.state);
+        if s.holds.contains_key(&sid) {
+            return Err(CmError::ServiceInUse.into());
+        }
+        let hold = if self.host_wide {
+            let h = ports::hold(&self.ctx.attr().name, sid).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::AddrInUse {
+                    tracing::info!(sid, "another process here listens on that service");
+                    CmFailure::Cm(CmError::ServiceInUse)
+                } else {
+                    CmFailure::Verbs(Error::Io(e))
+                }
+            })?;
+            Some(h)
+        } else {
+            None
+        };
+        s.cm.listen(sid)?;
+        s.holds.insert(sid, hold);
+        Ok(())
+    }
+
     fn unlisten(&self, sid: u64) {
         let now = self.now();
         let mut s = relock(&self.state);
         s.cm.unlisten(sid);
+        s.holds.remove(&sid);
         for ev in s.requests.remove(&sid).unwrap_or_default() {
             match ev {
                 CmEvent::ConnectRequest { id, .. } => {

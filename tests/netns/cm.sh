@@ -11,7 +11,10 @@
 #   udaddy        rdma-core's udaddy exchange (`ferroce udaddy`): UD datagrams both ways to
 #                 a service found with SIDR; two hosts, and lo
 #   refused       a port nobody listens on, answered with a REJ at once: on another host
-#                 (its ferroce listens elsewhere), on the same interface, on lo
+#                 (its ferroce listens elsewhere), on the same interface, on lo, and on a
+#                 host where two ferroce servers share the interface
+#   shared        of those two servers, each one's requests reach it (the other leaves
+#                 them); a third on a port taken is refused it
 #   tests/netns/cm.sh [FERROCE_BINARY]   (needs root: namespaces, veth)
 # Prints PASS/FAIL lines and "cm: N passed, M failed"; exit 0 iff all pass.
 set -u
@@ -105,6 +108,26 @@ refused refused-two-hosts $A $IF 10.89.0.2
 kill $sp 2>/dev/null; wait $sp 2>/dev/null
 refused refused-one-host-veth $A $IF 10.89.0.1
 refused refused-one-host-lo $A lo 127.0.0.1
+
+# Two ferroce servers share cm-b's interface (ports 7471 and 7480). A request for 7999,
+# which neither holds, is refused at once (until 2026-11-29 each process left it to the
+# other and the client waited out its timeout); one for 7480 is left to its server by
+# the other process, and served; a third server on 7471 is refused the port, saying so.
+sh=$out/shared
+ip netns exec $B timeout 40 "$F" ucmatose -d $IF --timeout 30 >"$sh.server1" 2>&1 & s1=$!
+ip netns exec $B timeout 40 "$F" ucmatose -d $IF -p 7480 --timeout 30 >"$sh.server2" 2>&1 & s2=$!
+wait_line "$sh.server1" "starting server"; wait_line "$sh.server2" "starting server"; sleep 0.5
+refused refused-shared $A $IF 10.89.0.2
+ip netns exec $B timeout 20 "$F" ucmatose -d $IF --timeout 5 >"$sh.server3" 2>&1; rc3=$?
+ip netns exec $A timeout 30 "$F" ucmatose -d $IF -s 10.89.0.2 -p 7480 -C 10 >"$sh.client" 2>&1; rc=$?
+wait $s2 || rc=1
+stop $s1
+if [ $rc = 0 ] && grep -q "return status 0" "$sh.server2" && grep -q "return status 0" "$sh.client"; then
+  ok shared-served "the request for the other server's port was left to it and served"
+else ko shared-served "exit $rc" "$sh.client" "$sh.server2" "$sh.server1"; fi
+if [ $rc3 = 1 ] && grep -q "port in use: another listener on this interface has it" "$sh.server3"; then
+  ok port-in-use "$(grep -m1 'port in use' "$sh.server3")"
+else ko port-in-use "exit $rc3" "$sh.server3"; fi
 
 echo "cm: $pass passed, $fail failed"
 [ "$fail" = 0 ]

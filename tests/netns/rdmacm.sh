@@ -22,7 +22,7 @@
 #   fork          a server and a client, children of fork() of a parent that has the
 #                 device open, connect and send (rdma_get_send_comp on rdma_cm's CQ)
 #   refused       a port nobody listens on: RDMA_CM_EVENT_REJECTED with IB's reason 8
-#                 (invalid service ID), at once
+#                 (invalid service ID), at once; also with two processes on the interface
 #   no peer       an address nobody answers ARP for: RDMA_CM_EVENT_ADDR_ERROR (-ETIMEDOUT)
 #                 after rping's 2 s address timeout
 #   tests/netns/rdmacm.sh [FERROCE_BINARY]   (needs root: namespaces, veth)
@@ -208,6 +208,26 @@ stop $sp
 if [ $rc != 0 ] && grep -q "RDMA_CM_EVENT_REJECTED, error 8" "$out/refused.client" && [ $ms -lt 5000 ]; then
   ok refused "RDMA_CM_EVENT_REJECTED, error 8 in $ms ms"
 else ko refused "exit $rc after $ms ms" "$out/refused.client"; fi
+
+# The same where two processes share the interface (servers on 7174 and 7477): neither
+# listens on 7999 and neither holds it, so each refuses at once (until 2026-11-29 both
+# dropped the request, each leaving it to the other, and the client waited out its
+# connect timeout); the request for 7477 is left to its server by the other process,
+# and served.
+rs=$out/refused-shared
+X $B rping -s -a 10.94.0.2 -v >"$rs.server1" 2>&1 & s1=$!
+X $B rping -s -a 10.94.0.2 -p 7477 -v >"$rs.server2" 2>&1 & s2=$!
+sleep 1.5
+t0=$(date +%s%N)
+X $A rping -c -a 10.94.0.2 -p 7999 -C 1 >"$rs.client" 2>&1; rc=$?
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+X $A rping -c -a 10.94.0.2 -p 7477 -C 10 -V -v >"$rs.served" 2>&1; rc2=$?
+wait $s2 || rc2=1
+stop $s1
+if [ $rc != 0 ] && grep -q "RDMA_CM_EVENT_REJECTED, error 8" "$rs.client" && [ $ms -lt 5000 ] &&
+   [ $rc2 = 0 ] && [ "$(grep -c '^ping data: rdma-ping-' "$rs.served")" = 10 ]; then
+  ok refused-shared "two processes on the interface: RDMA_CM_EVENT_REJECTED, error 8 in $ms ms; the other port served 10 pings"
+else ko refused-shared "exit $rc after $ms ms, served exit $rc2" "$rs.client" "$rs.served" "$rs.server2"; fi
 
 t0=$(date +%s%N)
 X $A rping -c -a 10.94.0.9 -C 1 >"$out/no-peer.client" 2>&1; rc=$?

@@ -6,7 +6,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 use std::time::Duration;
 
-use ferroce_transport::cm::{cm_time, Cm, CmConfig, CmEvent, CmTransmit, Dropped};
+use ferroce_transport::cm::{cm_time, Cm, CmConfig, CmEvent, CmTransmit, Dropped, ServedElsewhere};
 use ferroce_transport::{seeded_fill, Instant};
 use ferroce_wire::cm::rdma_cm::{self, IpHeader, PortSpace};
 use ferroce_wire::cm::{Dreq, Message, RejReason, Rep, Repr, Req, Rtu, Transport};
@@ -558,6 +558,59 @@ fn a_shared_interface_leaves_unserved_reqs_to_the_other_processes() {
         &events(&mut p.b)[..],
         [CmEvent::ConnectRequest { .. }]
     ));
+}
+
+#[test]
+fn a_shared_interface_refuses_what_no_process_serves() {
+    use std::sync::{Arc, Mutex};
+    let mut p = Pair::new();
+    p.b.set_sole_listener(false);
+    // The host's other processes serve SID only; every question is recorded.
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let log = asked.clone();
+    p.b.set_served_elsewhere(Some(ServedElsewhere(Box::new(move |sid| {
+        log.lock().unwrap().push(sid);
+        sid == SID
+    }))));
+    // A request for SID is another process's: dropped, no REJ.
+    p.a.connect(p.now, gid(2), req(1, 1)).unwrap();
+    assert_eq!(p.deliver_all(), 1, "the REQ, and no REJ");
+    assert_eq!(p.b.counters().rx_no_listener, 1);
+    assert!(events(&mut p.a).is_empty());
+    // A request for a port nobody serves is refused at once, as on a sole interface.
+    let other = rdma_cm::service_id(PortSpace::TCP, 7472);
+    let mut r = req(2, 2);
+    r.service_id = other;
+    let id = p.a.connect(p.now, gid(2), r).unwrap();
+    assert_eq!(p.deliver_all(), 2, "the REQ and its REJ");
+    let [CmEvent::Rejected {
+        id: got, reason, ..
+    }] = &events(&mut p.a)[..]
+    else {
+        panic!("rejected")
+    };
+    assert_eq!((*got, *reason), (id, RejReason::INVALID_SERVICE_ID));
+    assert_eq!(p.b.counters().rej_no_listener, 1);
+    // Asked only about requests this CM does not serve itself.
+    p.b.listen(other).unwrap();
+    let mut r = req(3, 3);
+    r.service_id = other;
+    p.a.connect(p.now, gid(2), r).unwrap();
+    p.deliver_all();
+    assert!(matches!(
+        &events(&mut p.b)[..],
+        [CmEvent::ConnectRequest { .. }]
+    ));
+    assert_eq!(*asked.lock().unwrap(), vec![SID, other]);
+    // On a sole interface nobody else is asked.
+    p.b.set_sole_listener(true);
+    let id = p.a.connect(p.now, gid(2), req(4, 4)).unwrap();
+    p.deliver_all();
+    assert!(matches!(
+        &events(&mut p.a)[..],
+        [CmEvent::Rejected { id: got, reason: RejReason::INVALID_SERVICE_ID, .. }] if *got == id
+    ));
+    assert_eq!(asked.lock().unwrap().len(), 2);
 }
 
 #[test]

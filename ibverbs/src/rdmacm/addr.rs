@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferroce::net::gid::gid_of;
+use ferroce_wire::cm::rdma_cm::{self, PortSpace};
 
 use super::channel::Event;
 use super::devices::{self, CmDevice};
@@ -134,8 +135,8 @@ fn source_towards(dst: IpAddr) -> Result<IpAddr, c_int> {
         .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
 }
 
-/// Binds the ID's state to `a` (port 0: one of the local range that no other process
-/// listens on, on its device or any for a wildcard address; see `ports`).
+/// Binds the ID's state to `a` (port 0: one of the local range that no process listens
+/// on, on its device or any for a wildcard address; see `ferroce::cm::ports`).
 fn bind(st: &mut St, a: SocketAddr) -> Result<(), c_int> {
     let mut a = a;
     if !a.ip().is_unspecified() {
@@ -149,12 +150,15 @@ fn bind(st: &mut St, a: SocketAddr) -> Result<(), c_int> {
                 .map(|d| d.name().to_owned())
                 .collect(),
         };
+        let ps = if st.ps == RDMA_PS_UDP {
+            PortSpace::UDP
+        } else {
+            PortSpace::TCP
+        };
         let mut port = ephemeral_port();
         for _ in 0..16 {
-            if names
-                .iter()
-                .all(|n| super::ports::hold(n, st.ps, port).is_ok())
-            {
+            let sid = rdma_cm::service_id(ps, port);
+            if !names.iter().any(|n| ferroce::cm::ports::is_held(n, sid)) {
                 break;
             }
             port = ephemeral_port();

@@ -23,7 +23,6 @@ use super::addr::fill;
 use super::channel::Event;
 use super::devices::{self, CmDevice};
 use super::id::{self, api, complete, id_of, last_errno, own_event, Pending, Shared};
-use super::ports::{self, PortHold};
 use crate::ffi::cma_h::*;
 use crate::ffi::*;
 use crate::guard::{catch, set_errno};
@@ -77,30 +76,26 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
             let mut l = listeners();
             for d in &devs {
                 let key = (d.name.clone(), ud, port);
-                // Another process's listener on the port first (see `ports`), then this
-                // process's own.
-                let taken = ports::hold(&d.name, st.ps, port).and_then(|held| {
-                    let r = if take_over(&mut l, &key) {
-                        Ok(())
-                    } else if ud {
-                        d.cm.listen_ud(port)
-                    } else {
-                        d.cm.listen(port)
-                    };
-                    r.map(|()| held).map_err(|_| libc::EADDRINUSE)
-                });
-                let held = match taken {
-                    Ok(held) => held,
-                    Err(e) => {
-                        drop(l);
-                        for (d, held) in st.listening.drain(..) {
-                            stop_listening(d, ud, port, held);
-                        }
-                        return Err(e);
-                    }
+                // A port this process still listens on (lingering) is taken over; else
+                // the CM listens, which refuses a port another process holds there
+                // (`ferroce::cm::ports`) as well as one this process listens on.
+                let taken = if take_over(&mut l, &key) {
+                    Ok(())
+                } else if ud {
+                    d.cm.listen_ud(port)
+                } else {
+                    d.cm.listen(port)
                 };
+                if let Err(e) = taken {
+                    tracing::info!(dev = %d.name, port, %e, "rdma_listen refused");
+                    drop(l);
+                    for d in st.listening.drain(..) {
+                        stop_listening(d, ud, port);
+                    }
+                    return Err(libc::EADDRINUSE);
+                }
                 record_listen(&mut l, key, Arc::downgrade(&sh));
-                st.listening.push((d.clone(), held));
+                st.listening.push(d.clone());
             }
         }
         drop(st);
@@ -149,11 +144,10 @@ fn take_over(l: &mut [(ListenKey, Weak<Shared>)], key: &ListenKey) -> bool {
 /// connection follows its first a second later) wait for that one instead of being
 /// refused.
 /// Then, if no ID listens on it, the requests still queued are refused. The port stays
-/// held from other processes as long (`held`).
-pub(crate) fn stop_listening(dev: Arc<CmDevice>, ud: bool, port: u16, held: Arc<PortHold>) {
+/// held from other processes as long (the CM holds what it listens on).
+pub(crate) fn stop_listening(dev: Arc<CmDevice>, ud: bool, port: u16) {
     let key = (dev.name.clone(), ud, port);
     let unlisten = move || {
-        let _held = held;
         let mut l = listeners();
         if current_in(&l, &key).is_some() {
             return; // taken over
@@ -768,8 +762,8 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         st.alive = false;
         let port = st.src.map_or(0, |a| a.port());
         let ud = st.ps == RDMA_PS_UDP;
-        for (d, held) in st.listening.drain(..) {
-            stop_listening(d, ud, port, held);
+        for d in st.listening.drain(..) {
+            stop_listening(d, ud, port);
         }
         let dev = st.dev.clone();
         match (st.request.take(), &dev) {

@@ -9,7 +9,6 @@ use ferroce_transport::cm::CommId;
 
 use super::channel::{self, channel_of, Backlog, Event, Events, Unacked};
 use super::devices::CmDevice;
-use super::ports::PortHold;
 use crate::ffi::cma_h::*;
 use crate::ffi::*;
 use crate::guard::{catch, set_errno};
@@ -70,9 +69,9 @@ pub(crate) struct St {
     pub dst: Option<SocketAddr>,
     /// The device it is bound to (an address of it, or a connection through it).
     pub dev: Option<Arc<CmDevice>>,
-    /// Where it listens (one device, or all for a wildcard address), each with the hold
-    /// that keeps other processes off its port there (see `ports`).
-    pub listening: Vec<(Arc<CmDevice>, Arc<PortHold>)>,
+    /// Where it listens (one device, or all for a wildcard address); each device's CM
+    /// holds the port there from other processes (`ferroce::cm::ports`).
+    pub listening: Vec<Arc<CmDevice>>,
     pub request: Option<Pending>,
     /// The connection, once requested or accepted.
     pub conn: Option<CommId>,

@@ -21,7 +21,6 @@ mod ep;
 mod id;
 mod mcast;
 mod misc;
-mod ports;
 mod qp;
 
 #[cfg(test)]

@@ -157,6 +157,19 @@ pub struct Cm {
     /// Whether a REQ for a service nobody here listens on gets a REJ (see
     /// [`Cm::set_sole_listener`]).
     sole: bool,
+    /// On a shared interface, whether another process listens on a service ID (see
+    /// [`Cm::set_served_elsewhere`]).
+    elsewhere: Option<ServedElsewhere>,
+}
+
+/// Answers whether another process on the host listens on a service ID: how a CM on a
+/// shared interface tells a request that is another's from one nobody serves.
+pub struct ServedElsewhere(pub Box<dyn FnMut(u64) -> bool + Send>);
+
+impl std::fmt::Debug for ServedElsewhere {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ServedElsewhere")
+    }
 }
 
 impl Cm {
@@ -173,6 +186,7 @@ impl Cm {
             events: VecDeque::new(),
             counters: CmCounters::default(),
             sole: true,
+            elsewhere: None,
         }
     }
 
@@ -180,9 +194,26 @@ impl Cm {
     /// other processes on the host share the interface, each has a CM of its own and sees
     /// every MAD to QP1; a REQ for a service this one does not listen on may be another's,
     /// so it is dropped (counted as `cm_rx_no_listener`) instead of refused with a REJ,
-    /// and a SIDR REQ goes unanswered.
+    /// and a SIDR REQ goes unanswered, unless [`Cm::set_served_elsewhere`] says that no
+    /// other process serves it either.
     pub fn set_sole_listener(&mut self, sole: bool) {
         self.sole = sole;
+    }
+
+    /// How this CM, on a shared interface, learns whether another process listens on a
+    /// service ID it does not (the I/O is the caller's: the library asks the host-wide
+    /// port holds). A request nobody serves is then refused as on a sole interface, so a
+    /// client learns at once that nothing listens there, as from the kernel's rdma_cm;
+    /// each process that sees the request refuses it, and the client takes the first
+    /// REJ. Without one, such requests are dropped.
+    pub fn set_served_elsewhere(&mut self, f: Option<ServedElsewhere>) {
+        self.elsewhere = f;
+    }
+
+    /// Whether a request for `service_id`, which nobody here listens on, is to be left
+    /// to another process (dropped) rather than refused.
+    fn leave_to_others(&mut self, service_id: u64) -> bool {
+        !self.sole && self.elsewhere.as_mut().is_none_or(|f| (f.0)(service_id))
     }
 
     /// The counters.
@@ -573,7 +604,7 @@ impl Cm {
             }
             return Err(Dropped::Duplicate);
         }
-        if !self.listeners.contains_key(&q.service_id) && !self.sole {
+        if !self.listeners.contains_key(&q.service_id) && self.leave_to_others(q.service_id) {
             return Err(Dropped::NoListener);
         }
         let refuse = if !self.listeners.contains_key(&q.service_id) {
@@ -652,7 +683,7 @@ impl Cm {
             return Err(Dropped::Duplicate);
         }
         let listened = self.listeners.contains_key(&q.service_id);
-        if !listened && !self.sole {
+        if !listened && self.leave_to_others(q.service_id) {
             return Err(Dropped::NoListener);
         }
         let refuse = if !listened {
