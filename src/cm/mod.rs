@@ -334,6 +334,7 @@ impl ConnectionManager {
 
     /// Takes connection requests for `port` in rdma_cm's TCP port space (what rping,
     /// perftest's `-R` and rdma_cm's RC users connect to).
+    ///
     /// A port another process on the host listens on through this interface is refused
     /// (`CmError::ServiceInUse`), as the kernel's rdma_cm refuses a taken port.
     pub fn listen(&self, port: u16) -> Result<(), CmFailure> {
@@ -578,19 +579,6 @@ impl ConnectionManager {
         self.inner.listen(rdma_cm::service_id(PortSpace::UDP, port))
     }
 
-    /// Whether any process on the host (this one included) listens on `port` through
-    /// this interface; `ud` for rdma_cm's UDP port space, else its TCP one. For picking
-    /// a free ephemeral port.
-    pub fn port_in_use(&self, port: u16, ud: bool) -> bool {
-        let ps = if ud { PortSpace::UDP } else { PortSpace::TCP };
-        let sid = rdma_cm::service_id(ps, port);
-        if self.inner.host_wide {
-            ports::is_held(&self.inner.ctx.attr().name, sid)
-        } else {
-            relock(&self.inner.state).holds.contains_key(&sid)
-        }
-    }
-
     /// The next UD service request for `port`.
     pub fn get_ud_request(&self, port: u16, timeout: Duration) -> Option<UdRequest> {
         let sid = rdma_cm::service_id(PortSpace::UDP, port);
@@ -830,8 +818,8 @@ impl Inner {
         }
     }
 
-    /// Stops listening on `sid` and refuses what is queued for it.
-    /// Holds `sid` from the host's other processes, then listens on it.
+    /// Holds `sid` from the host's other processes (on a real interface), then listens
+    /// on it.
     fn listen(&self, sid: u64) -> Result<(), CmFailure> {
         let mut s = relock(&self.state);
         if s.holds.contains_key(&sid) {
@@ -855,6 +843,7 @@ impl Inner {
         Ok(())
     }
 
+    /// Stops listening on `sid`, lets its hold go and refuses what is queued for it.
     fn unlisten(&self, sid: u64) {
         let now = self.now();
         let mut s = relock(&self.state);

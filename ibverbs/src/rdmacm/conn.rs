@@ -88,11 +88,19 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
                 };
                 if let Err(e) = taken {
                     tracing::info!(dev = %d.name, port, %e, "rdma_listen refused");
+                    // The hold's own errno where its socket could not be made (EMFILE);
+                    // else the port is taken.
+                    let errno = match &e {
+                        CmFailure::Verbs(ferroce::verbs::Error::Io(io)) => {
+                            io.raw_os_error().unwrap_or(libc::EIO)
+                        }
+                        _ => libc::EADDRINUSE,
+                    };
                     drop(l);
                     for d in st.listening.drain(..) {
                         stop_listening(d, ud, port);
                     }
-                    return Err(libc::EADDRINUSE);
+                    return Err(errno);
                 }
                 record_listen(&mut l, key, Arc::downgrade(&sh));
                 st.listening.push(d.clone());
