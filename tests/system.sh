@@ -153,7 +153,7 @@ if [ -n "$vm_parts" ]; then
   t0=$(date +%s)
   "$here/interop/rxe-vm/run.sh" --timeout 3000 "$here/interop/guest.sh" "$out/vm" "$here" "$bin" "$mode" "$vm_parts" "$libdir" >"$out/vm.log" 2>&1
   echo "[system] VM run: exit $?, $(( $(date +%s) - t0 )) s"
-  grep -E '^(=====|PASS|FAIL|    |interop:|netns:|perftest:|rxe-cm:|rxe-libibverbs:|rxe-rdmacm:|rdma-core-rxe:|probe-rxe:|probe-fuzz-rxe:|\||dcqcn:|rxe0|tc |counters:)' "$out/vm/console.log" | tee "$out/vm.txt"
+  grep -E '^(=====|PASS|FAIL|NOTE|    |interop:|netns:|perftest:|rxe-cm:|rxe-libibverbs:|rxe-rdmacm:|rdma-core-rxe:|probe-rxe:|probe-fuzz-rxe:|\||dcqcn:|rxe0|tc |counters:)' "$out/vm/console.log" | tee "$out/vm.txt"
 fi
 if [ -n "$vm_parts" ] && ! host_has_rxe; then
   # Never on a host with rdma_rxe: the packet panics the kernel it reaches.

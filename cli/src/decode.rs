@@ -55,7 +55,8 @@ pub struct Summary {
     pub line: String,
 }
 
-fn ip_addrs(d: &Datagram<'_>) -> (IpAddr, IpAddr) {
+/// Source and destination addresses of a datagram.
+pub(crate) fn ip_addrs(d: &Datagram<'_>) -> (IpAddr, IpAddr) {
     match &d.ip {
         IpHeader::V4(h) => (h.source.into(), h.destination.into()),
         IpHeader::V6(h) => (h.source.into(), h.destination.into()),

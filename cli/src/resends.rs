@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
 
-use ferroce_wire::{Datagram, IpHeader, Opcode, Service};
+use ferroce_wire::{Datagram, Opcode, Service};
 
 /// How far behind a flow's newest PSN entries are kept. A retry never reaches further
 /// back than the send window (rxe: at most 2^23 PSNs, in practice a few thousand), and
@@ -145,10 +145,7 @@ impl ResendCheck {
         if op.service() != Service::Rc || op.info().is_response() {
             return None;
         }
-        let (src, dst): (IpAddr, IpAddr) = match &d.ip {
-            IpHeader::V4(h) => (h.source.into(), h.destination.into()),
-            IpHeader::V6(h) => (h.source.into(), h.destination.into()),
-        };
+        let (src, dst) = crate::decode::ip_addrs(d);
         let flow = Flow {
             src,
             src_port: d.udp.source_port,

@@ -29,9 +29,10 @@ positive() { awk -v x="$1" 'BEGIN { exit !(x + 0 > 0) }'; }
 #   TOOL: perftest's name without ib_ (write_bw, ...); ferroce runs `perf write-bw`.
 #   ROLE: fs (ferroce server, perftest client) | ps (perftest server, ferroce client)
 #   $fx: extra flags for ferroce only.
-# ferroce's own addresses (vethP in netns peer): a requester reusing a PSN from one of
-# them is ferroce's fault, from any other rxe's.
-FERROCE_ADDRS=" $(ip -n peer -o addr show dev vethP | awk '{ sub("/.*", "", $4); printf "%s ", $4 }')"
+# ferroce's own addresses (vethP in netns peer; asked each time, as the IPv6 link-local
+# one comes a moment after the link): a requester reusing a PSN from one of them is
+# ferroce's fault, from any other rxe's.
+ferroce_addrs() { echo " $(ip -n peer -o addr show dev vethP | awk '{ sub("/.*", "", $4); printf "%s ", $4 }')"; }
 # Source addresses of the requesters that `decode` saw reuse a PSN for a different packet.
 reusers() { awk '$3 == "PSN" && $4 == "REUSED" { print $5 }' "$1" 2>/dev/null | sort -u; }
 
@@ -100,7 +101,7 @@ attempt_case() {
     grep -q "(0 with a bad ICRC), 0 corrupt" "$log.decode" || { ok=0; why="${why:-bad ICRC in capture}"; }
     # ferroce's requester must resend each PSN as the packet it first sent.
     for who in $(reusers "$log.decode"); do
-      case $FERROCE_ADDRS in *" $who "*)
+      case $(ferroce_addrs) in *" $who "*)
         ok=0; why_ferroce=$who; why="ferroce ($who) reused a request PSN for a different packet" ;;
       esac
     done

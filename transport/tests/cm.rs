@@ -6,7 +6,9 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 use std::time::Duration;
 
-use ferroce_transport::cm::{cm_time, Cm, CmConfig, CmEvent, CmTransmit, Dropped, ServedElsewhere};
+use ferroce_transport::cm::{
+    cm_time, Cm, CmConfig, CmEvent, CmTransmit, CommId, Dropped, ServedElsewhere,
+};
 use ferroce_transport::{seeded_fill, Instant};
 use ferroce_wire::cm::rdma_cm::{self, IpHeader, PortSpace};
 use ferroce_wire::cm::{Dreq, Message, RejReason, Rep, Repr, Req, Rtu, Transport};
@@ -91,6 +93,14 @@ impl Pair {
 
 fn events(cm: &mut Cm) -> Vec<CmEvent> {
     std::iter::from_fn(|| cm.poll_event()).collect()
+}
+
+/// The one event `cm` has, a refusal: its connection and reason.
+fn rejected(cm: &mut Cm) -> (CommId, RejReason) {
+    let [CmEvent::Rejected { id, reason, .. }] = &events(cm)[..] else {
+        panic!("rejected")
+    };
+    (*id, *reason)
 }
 
 fn req(qpn: u32, psn: u32) -> Req {
@@ -209,13 +219,7 @@ fn nobody_listening_is_a_rej_with_invalid_service_id() {
     let mut p = Pair::new();
     let id = p.a.connect(p.now, gid(2), req(0x11, 0)).unwrap();
     p.deliver_all();
-    let [CmEvent::Rejected {
-        id: got, reason, ..
-    }] = &events(&mut p.a)[..]
-    else {
-        panic!("rejected")
-    };
-    assert_eq!((*got, *reason), (id, RejReason::INVALID_SERVICE_ID));
+    assert_eq!(rejected(&mut p.a), (id, RejReason::INVALID_SERVICE_ID));
     assert_eq!(p.b.counters().rej_no_listener, 1);
     assert_eq!((p.a.connections(), p.b.connections()), (0, 0));
     assert_eq!(p.a.poll_timeout(), None, "no resend left armed");
@@ -583,13 +587,7 @@ fn a_shared_interface_refuses_what_no_process_serves() {
     r.service_id = other;
     let id = p.a.connect(p.now, gid(2), r).unwrap();
     assert_eq!(p.deliver_all(), 2, "the REQ and its REJ");
-    let [CmEvent::Rejected {
-        id: got, reason, ..
-    }] = &events(&mut p.a)[..]
-    else {
-        panic!("rejected")
-    };
-    assert_eq!((*got, *reason), (id, RejReason::INVALID_SERVICE_ID));
+    assert_eq!(rejected(&mut p.a), (id, RejReason::INVALID_SERVICE_ID));
     assert_eq!(p.b.counters().rej_no_listener, 1);
     // Asked only about requests this CM does not serve itself.
     p.b.listen(other).unwrap();
@@ -606,10 +604,7 @@ fn a_shared_interface_refuses_what_no_process_serves() {
     p.b.set_sole_listener(true);
     let id = p.a.connect(p.now, gid(2), req(4, 4)).unwrap();
     p.deliver_all();
-    assert!(matches!(
-        &events(&mut p.a)[..],
-        [CmEvent::Rejected { id: got, reason: RejReason::INVALID_SERVICE_ID, .. }] if *got == id
-    ));
+    assert_eq!(rejected(&mut p.a), (id, RejReason::INVALID_SERVICE_ID));
     assert_eq!(asked.lock().unwrap().len(), 2);
 }
 

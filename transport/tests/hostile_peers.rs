@@ -1,9 +1,9 @@
 //! Hostile peers: what a spoofer with valid ICRCs can and cannot make a responder do.
 //! Each test fails on the engine before the hardening (6e319e6) and passes after.
 
-use ferroce_transport::testing::{
-    bring_up, connect, create_in_pd, forge, parse, QpOpts, Rng, Side, Sim,
-};
+mod common;
+
+use ferroce_transport::testing::{bring_up, connect, create_in_pd, forge, QpOpts, Rng, Side, Sim};
 use ferroce_transport::{
     next_rkey, seeded_fill, Access, Endpoint, EndpointConfig, MrInfo, Mtu, MwBind, MwType,
     QpInitAttr, QpState, QpType, RecvWr, SendWr, Sge, WcStatus,
@@ -65,22 +65,11 @@ fn read_req(sim: &Sim, b: Side, psn: u32, va: u64, rkey: u32, len: u32) -> Vec<u
     to_b(sim, b, Opcode::RC_RDMA_READ_REQUEST, psn, ext, &[])
 }
 
-/// Everything node 1 sends now: (opcode, PSN, syndrome if any, payload).
-type Out = (Opcode, u32, Option<Syndrome>, Vec<u8>);
+type Out = common::Sent;
 
+/// Everything node 1 sends now.
 fn drain(sim: &mut Sim) -> Vec<Out> {
-    let mut buf = vec![0; ferroce_transport::MAX_DATAGRAM_LEN];
-    let mut out = Vec::new();
-    while let Some(t) = sim.nodes[1].poll_transmit(sim.now, &mut buf) {
-        let p = parse(&buf[..t.len]).expect("node 1 sends valid packets");
-        out.push((
-            p.bth.opcode,
-            p.bth.psn.value(),
-            p.ext.aeth.map(|a| a.syndrome),
-            p.payload.to_vec(),
-        ));
-    }
-    out
+    common::drain_sent(sim, 1)
 }
 
 fn read_payload(out: &[Out]) -> Vec<u8> {

@@ -5,23 +5,18 @@
 //! sequence error; rxe's responder answers a missing FIRST the same way). Nothing of the
 //! shifted messages reaches memory.
 
-use ferroce_transport::testing::{connect, forge, parse, QpOpts, Sim};
-use ferroce_transport::{Access, QpState, MAX_DATAGRAM_LEN};
+use ferroce_transport::testing::{connect, forge, QpOpts, Sim};
+use ferroce_transport::{Access, QpState};
 use ferroce_wire::{BthRepr, ExtRepr, NakCode, Opcode, Psn, RethRepr, Syndrome};
+
+mod common;
 
 /// Every datagram the responder sends now, as (opcode, PSN, syndrome).
 fn replies(sim: &mut Sim) -> Vec<(Opcode, u32, Option<Syndrome>)> {
-    let mut buf = vec![0; MAX_DATAGRAM_LEN];
-    let mut out = Vec::new();
-    while let Some(t) = sim.nodes[1].poll_transmit(sim.now, &mut buf) {
-        let r = parse(&buf[..t.len]).expect("parses");
-        out.push((
-            r.bth.opcode,
-            r.bth.psn.value(),
-            r.ext.aeth.map(|a| a.syndrome),
-        ));
-    }
-    out
+    common::drain_sent(sim, 1)
+        .into_iter()
+        .map(|(op, psn, syndrome, _)| (op, psn, syndrome))
+        .collect()
 }
 
 #[test]

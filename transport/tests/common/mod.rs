@@ -3,10 +3,12 @@
 
 use std::time::Duration;
 
-use ferroce_transport::testing::{drain_cq, Side, Sim};
+use ferroce_transport::testing::{drain_cq, parse, Side, Sim};
 use ferroce_transport::{
     Access, MrInfo, RecvWr, SendFlags, SendWr, Sge, WcStatus, WorkCompletion, WrOpcode,
+    MAX_DATAGRAM_LEN,
 };
+use ferroce_wire::{Opcode, Syndrome};
 
 pub const ALL: Access = Access(
     Access::LOCAL_WRITE.0
@@ -90,4 +92,23 @@ pub fn assert_ok(wcs: &[WorkCompletion]) {
     for wc in wcs {
         assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
     }
+}
+
+/// A datagram a node sent: (opcode, PSN, syndrome if any, payload).
+pub type Sent = (Opcode, u32, Option<Syndrome>, Vec<u8>);
+
+/// Everything `node` sends now, parsed.
+pub fn drain_sent(sim: &mut Sim, node: usize) -> Vec<Sent> {
+    let mut buf = vec![0; MAX_DATAGRAM_LEN];
+    let mut out = Vec::new();
+    while let Some(t) = sim.nodes[node].poll_transmit(sim.now, &mut buf) {
+        let p = parse(&buf[..t.len]).expect("a node sends valid packets");
+        out.push((
+            p.bth.opcode,
+            p.bth.psn.value(),
+            p.ext.aeth.map(|a| a.syndrome),
+            p.payload.to_vec(),
+        ));
+    }
+    out
 }
