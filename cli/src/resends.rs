@@ -13,59 +13,57 @@ use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
 
-use ferroce_wire::{Datagram, Opcode, Service};
+use ferroce_wire::{Datagram, ExtRepr, Opcode, Service};
 
 /// How far behind a flow's newest PSN entries are kept. A retry never reaches further
 /// back than the send window (rxe: at most 2^23 PSNs, in practice a few thousand), and
 /// the bound keeps a long capture's memory proportional to this, not to its length.
 const WINDOW: u32 = 1 << 16;
 
-/// What a request packet must repeat when it is resent.
+/// What a request packet must repeat when it is resent: its opcode, extension headers
+/// (the wire crate's own parse of them) and payload length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fingerprint {
     pub opcode: Opcode,
-    /// RETH (va, rkey, DMA length).
-    pub reth: Option<(u64, u32, u32)>,
-    /// AtomicETH (va, rkey, swap/add, compare).
-    pub atomic: Option<(u64, u32, u64, u64)>,
-    pub imm: Option<u32>,
-    pub ieth: Option<u32>,
+    pub ext: ExtRepr,
     pub payload_len: usize,
 }
 
 impl Fingerprint {
-    fn of(d: &Datagram<'_>) -> Fingerprint {
+    /// `None` for a packet whose extension headers do not parse.
+    fn of(d: &Datagram<'_>) -> Option<Fingerprint> {
         let p = d.ib();
-        Fingerprint {
+        Some(Fingerprint {
             opcode: p.opcode(),
-            reth: p.reth().map(|h| (h.va(), h.rkey(), h.dma_len())),
-            atomic: p
-                .atomic_eth()
-                .map(|h| (h.va(), h.rkey(), h.swap_add(), h.compare())),
-            imm: p.immdt().map(|h| h.imm()),
-            ieth: p.ieth().map(|h| h.rkey()),
+            ext: ExtRepr::parse(&p).ok()?,
             payload_len: p.payload().len(),
-        }
+        })
     }
 }
 
 impl fmt::Display for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.opcode.name())?;
-        if let Some((va, rkey, len)) = self.reth {
-            write!(f, " RETH va={va:#x} rkey={rkey:#x} len={len}")?;
-        }
-        if let Some((va, rkey, swap_add, compare)) = self.atomic {
+        let e = &self.ext;
+        if let Some(h) = e.reth {
             write!(
                 f,
-                " AtomicETH va={va:#x} rkey={rkey:#x} swap_add={swap_add:#x} compare={compare:#x}"
+                " RETH va={:#x} rkey={:#x} len={}",
+                h.va, h.rkey, h.dma_len
             )?;
         }
-        if let Some(imm) = self.imm {
-            write!(f, " ImmDt {imm:#010x}")?;
+        if let Some(h) = e.atomic_eth {
+            write!(
+                f,
+                " AtomicETH va={:#x} rkey={:#x} swap_add={:#x} compare={:#x}",
+                h.va, h.rkey, h.swap_add, h.compare
+            )?;
         }
-        if let Some(rkey) = self.ieth {
-            write!(f, " IETH rkey={rkey:#x}")?;
+        if let Some(h) = e.immdt {
+            write!(f, " ImmDt {:#010x}", h.imm)?;
+        }
+        if let Some(h) = e.ieth {
+            write!(f, " IETH rkey={:#x}", h.rkey)?;
         }
         write!(f, " payload={}", self.payload_len)
     }
@@ -153,7 +151,7 @@ impl ResendCheck {
             dest_qp: p.bth().dest_qp(),
         };
         let psn = p.bth().psn().value();
-        let now = Fingerprint::of(d);
+        let now = Fingerprint::of(d)?;
         let seen = self.flows.entry(flow).or_default();
         if let Some(&(first_index, first)) = seen.by_psn.get(&psn) {
             if first == now {
@@ -221,7 +219,10 @@ mod tests {
         let r = check(&mut c, 3, &shifted).expect("reported");
         assert_eq!((r.psn, r.dest_qp, r.first_index), (540, 0x11, 1));
         assert_eq!(r.first.opcode, Opcode::RC_RDMA_WRITE_FIRST);
-        assert_eq!((r.now.reth.map(|x| x.2), r.now.payload_len), (Some(0), 0));
+        assert_eq!(
+            (r.now.ext.reth.map(|h| h.dma_len), r.now.payload_len),
+            (Some(0), 0)
+        );
         assert_eq!(c.reused, 1);
         let text = r.to_string();
         assert!(

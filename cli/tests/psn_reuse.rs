@@ -42,7 +42,7 @@ fn rxe_resending_psn_540_as_an_empty_write_only_is_found() {
                 r.first_index,
                 r.first.opcode,
                 r.now.opcode,
-                r.now.reth.map(|x| x.2),
+                r.now.ext.reth.map(|h| h.dma_len),
                 r.now.payload_len,
             )
         })
