@@ -57,8 +57,6 @@ const RECV_SLOTS: usize = 64;
 const SEND_SLOTS: usize = 32;
 /// One receive buffer: the 40-byte GRH area and a MAD.
 const SLOT: usize = 40 + MAD_LEN;
-/// How long a count of the interface's processes is trusted.
-const CENSUS_AGE: Duration = Duration::from_secs(1);
 /// How long a MAD waits for its peer's MAC address (the verbs' own resolve timeout).
 const RESOLVE_WAIT: Duration = Duration::from_secs(3);
 /// MADs waiting for a MAC address at once; more are not sent (counted as unsent).
@@ -197,11 +195,9 @@ struct State {
     parked: VecDeque<(StdInstant, CmTransmit)>,
     /// MADs that could not be sent (no route to the peer).
     unsent: u64,
-    /// When the interface's users were last counted.
-    census: Option<StdInstant>,
-    /// The services listened on, each held from the host's other processes on a real
-    /// interface (`ports`).
-    holds: HashMap<u64, Option<ports::ServiceHold>>,
+    /// On a real interface, the hold of each service listened on, which keeps it from
+    /// the host's other processes (`ports`).
+    holds: HashMap<u64, ports::ServiceHold>,
 }
 
 struct Inner {
@@ -299,7 +295,6 @@ impl ConnectionManager {
                 events: HashMap::new(),
                 requests: HashMap::new(),
                 unsent: 0,
-                census: None,
                 holds: HashMap::new(),
             }),
             changed: Condvar::new(),
@@ -822,13 +817,11 @@ impl Inner {
     /// on it.
     fn listen(&self, sid: u64) -> Result<(), CmFailure> {
         let mut s = relock(&self.state);
-        if s.holds.contains_key(&sid) {
-            return Err(CmError::ServiceInUse.into());
-        }
+        // The hold refuses a service this process listens on already, as the CM does.
         let hold = if self.host_wide {
             let h = ports::hold(&self.ctx.attr().name, sid).map_err(|e| {
                 if e.kind() == std::io::ErrorKind::AddrInUse {
-                    tracing::info!(sid, "another process here listens on that service");
+                    tracing::info!(sid, "another listener here has that service");
                     CmFailure::Cm(CmError::ServiceInUse)
                 } else {
                     CmFailure::Verbs(Error::Io(e))
@@ -839,7 +832,9 @@ impl Inner {
             None
         };
         s.cm.listen(sid)?;
-        s.holds.insert(sid, hold);
+        if let Some(h) = hold {
+            s.holds.insert(sid, h);
+        }
         Ok(())
     }
 
@@ -1019,12 +1014,6 @@ impl Inner {
             }
             let now = self.now();
             let mut s = relock(&self.state);
-            if !wcs.is_empty() && s.census.is_none_or(|t| t.elapsed() > CENSUS_AGE) {
-                // Other processes on this interface may listen where this one does not.
-                let sole = self.ctx.link_users().is_none_or(|u| u.processes <= 1);
-                s.cm.set_sole_listener(sole);
-                s.census = Some(StdInstant::now());
-            }
             for wc in &wcs {
                 let id = wc.wr_id as usize;
                 if id >= RECV_SLOTS {

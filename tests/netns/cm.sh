@@ -129,5 +129,14 @@ if [ $rc3 = 1 ] && grep -q "port in use: another listener on this interface has 
   ok port-in-use "$(grep -m1 'port in use' "$sh.server3")"
 else ko port-in-use "exit $rc3" "$sh.server3"; fi
 
+# A client's own REQ, to its own address, on an interface another process uses without a
+# connection manager (an rc-pingpong server waiting for its TCP peer): nobody else can
+# answer, so the client's own CM refuses it (until 2026-11-29 it left its own REQ to the
+# other process, as soon as there was one, and waited out its timeout).
+ip netns exec $A timeout 40 "$F" rc-pingpong -d $IF -p 18790 >"$out/self-shared.other" 2>&1 & op=$!
+sleep 0.5
+refused refused-self-shared $A $IF 10.89.0.1
+stop $op
+
 echo "cm: $pass passed, $fail failed"
 [ "$fail" = 0 ]

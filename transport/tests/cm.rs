@@ -545,10 +545,15 @@ mod hostile {
     }
 }
 
+/// Another process on the interface serves the service IDs `served` says it does.
+fn served_by_others(served: impl Fn(u64) -> bool + Send + 'static) -> Option<ServedElsewhere> {
+    Some(ServedElsewhere(Box::new(served)))
+}
+
 #[test]
-fn a_shared_interface_leaves_unserved_reqs_to_the_other_processes() {
+fn a_shared_interface_leaves_reqs_to_the_process_that_serves_them() {
     let mut p = Pair::new();
-    p.b.set_sole_listener(false);
+    p.b.set_served_elsewhere(served_by_others(|sid| sid == SID));
     p.a.connect(p.now, gid(2), req(1, 1)).unwrap();
     assert_eq!(p.deliver_all(), 1, "the REQ, and no REJ");
     assert_eq!(p.b.counters().rx_no_listener, 1);
@@ -568,14 +573,13 @@ fn a_shared_interface_leaves_unserved_reqs_to_the_other_processes() {
 fn a_shared_interface_refuses_what_no_process_serves() {
     use std::sync::{Arc, Mutex};
     let mut p = Pair::new();
-    p.b.set_sole_listener(false);
     // The host's other processes serve SID only; every question is recorded.
     let asked = Arc::new(Mutex::new(Vec::new()));
     let log = asked.clone();
-    p.b.set_served_elsewhere(Some(ServedElsewhere(Box::new(move |sid| {
+    p.b.set_served_elsewhere(served_by_others(move |sid| {
         log.lock().unwrap().push(sid);
         sid == SID
-    }))));
+    }));
     // A request for SID is another process's: dropped, no REJ.
     p.a.connect(p.now, gid(2), req(1, 1)).unwrap();
     assert_eq!(p.deliver_all(), 1, "the REQ, and no REJ");
@@ -601,7 +605,7 @@ fn a_shared_interface_refuses_what_no_process_serves() {
     ));
     assert_eq!(*asked.lock().unwrap(), vec![SID, other]);
     // On a sole interface nobody else is asked.
-    p.b.set_sole_listener(true);
+    p.b.set_served_elsewhere(None);
     let id = p.a.connect(p.now, gid(2), req(4, 4)).unwrap();
     p.deliver_all();
     assert_eq!(rejected(&mut p.a), (id, RejReason::INVALID_SERVICE_ID));
@@ -611,8 +615,8 @@ fn a_shared_interface_refuses_what_no_process_serves() {
 #[test]
 fn its_own_req_come_back_is_not_taken_for_a_peer_s() {
     let mut a = Cm::new(config(), seeded_fill(9));
-    // Other processes share the interface: one of them may listen.
-    a.set_sole_listener(false);
+    // Other processes share the interface, and one of them serves SID: its request.
+    a.set_served_elsewhere(served_by_others(|sid| sid == SID));
     a.connect(Instant::ZERO, gid(1), req(1, 1)).unwrap();
     let t = a.poll_transmit().unwrap();
     assert_eq!(
@@ -621,17 +625,21 @@ fn its_own_req_come_back_is_not_taken_for_a_peer_s() {
     );
     assert!(a.poll_transmit().is_none() && events(&mut a).is_empty());
     assert_eq!(a.counters().rx_own, 1);
-    // Alone on it, nobody can: refused at once, as a peer host would.
-    a.set_sole_listener(true);
-    let me = a.connect(Instant::ZERO, gid(1), req(1, 1)).unwrap();
-    let t = a.poll_transmit().unwrap();
-    let _ = a.handle_mad(Instant::ZERO, gid(1), &t.mad);
-    let rej = a.poll_transmit().unwrap();
-    a.handle_mad(Instant::ZERO, gid(1), &rej.mad).unwrap();
-    assert!(matches!(
-        &events(&mut a)[..],
-        [CmEvent::Rejected { id, reason: RejReason::INVALID_SERVICE_ID, .. }] if *id == me
-    ));
+    // Shared, with nobody serving it, or alone on the interface: refused at once, as a
+    // peer host would.
+    for others in [served_by_others(|_| false), None] {
+        a.set_served_elsewhere(others);
+        let me = a.connect(Instant::ZERO, gid(1), req(1, 1)).unwrap();
+        let t = a.poll_transmit().unwrap();
+        let _ = a.handle_mad(Instant::ZERO, gid(1), &t.mad);
+        let rej = a.poll_transmit().unwrap();
+        a.handle_mad(Instant::ZERO, gid(1), &rej.mad).unwrap();
+        assert!(matches!(
+            &events(&mut a)[..],
+            [CmEvent::Rejected { id, reason: RejReason::INVALID_SERVICE_ID, .. }] if *id == me
+        ));
+    }
+    assert_eq!(a.counters().rx_own, 1);
     // Listening on the service, it is a connection to itself, made like any other.
     a.listen(SID).unwrap();
     let me = a.connect(Instant::ZERO, gid(1), req(1, 1)).unwrap();

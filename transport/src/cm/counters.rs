@@ -47,10 +47,11 @@ pub struct CmCounters {
     pub rx_qpn_mismatch: u64,
     /// REQs refused because nobody listens on their service ID.
     pub rej_no_listener: u64,
-    /// This CM's own REQs, come back to it (lo, or an interface shared by processes).
+    /// This CM's own REQs, come back to it (lo, or an interface shared by processes),
+    /// left to the other process there that listens on their service.
     pub rx_own: u64,
-    /// REQs for a service nobody here listens on, left unanswered because other processes
-    /// share the interface (one of them may listen).
+    /// REQs for a service nobody here listens on, left unanswered because another process
+    /// on the interface listens on it.
     pub rx_no_listener: u64,
     /// REQs refused for a field ferroce does not support (transport, MTU).
     pub rej_unsupported: u64,

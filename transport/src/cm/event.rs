@@ -148,7 +148,7 @@ pub enum Dropped {
     /// This CM's own REQ, come back (a shared interface, or lo, returns what it sends).
     Own,
     /// A REQ (or SIDR REQ) for a service nobody here listens on, left for another
-    /// process's CM on a shared interface (see `Cm::set_sole_listener`).
+    /// process's CM on a shared interface (see `Cm::set_served_elsewhere`).
     NoListener,
     /// A SIDR REQ this CM refused with a SIDR REP of this status.
     RefusedSidr(ferroce_wire::cm::SidrStatus),

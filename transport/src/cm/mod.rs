@@ -154,11 +154,8 @@ pub struct Cm {
     out: VecDeque<CmTransmit>,
     events: VecDeque<CmEvent>,
     counters: CmCounters,
-    /// Whether a REQ for a service nobody here listens on gets a REJ (see
-    /// [`Cm::set_sole_listener`]).
-    sole: bool,
     /// On a shared interface, whether another process listens on a service ID (see
-    /// [`Cm::set_served_elsewhere`]).
+    /// [`Cm::set_served_elsewhere`]); `None` where this CM is the only one.
     elsewhere: Option<ServedElsewhere>,
 }
 
@@ -185,27 +182,20 @@ impl Cm {
             out: VecDeque::new(),
             events: VecDeque::new(),
             counters: CmCounters::default(),
-            sole: true,
             elsewhere: None,
         }
     }
 
-    /// Whether this CM is the only one taking QP1's MADs on its port (the default). When
-    /// other processes on the host share the interface, each has a CM of its own and sees
-    /// every MAD to QP1; a REQ for a service this one does not listen on may be another's,
-    /// so it is dropped (counted as `cm_rx_no_listener`) instead of refused with a REJ,
-    /// and a SIDR REQ goes unanswered, unless [`Cm::set_served_elsewhere`] says that no
-    /// other process serves it either.
-    pub fn set_sole_listener(&mut self, sole: bool) {
-        self.sole = sole;
-    }
-
-    /// How this CM, on a shared interface, learns whether another process listens on a
-    /// service ID it does not (the I/O is the caller's: the library asks the host-wide
-    /// port holds). A request nobody serves is then refused as on a sole interface, so a
-    /// client learns at once that nothing listens there, as from the kernel's rdma_cm;
-    /// each process that sees the request refuses it, and the client takes the first
-    /// REJ. Without one, such requests are dropped.
+    /// How this CM learns whether another process on the host listens on a service ID
+    /// it does not; `None` (the default) where it is the only CM taking QP1's MADs on its
+    /// port. Where processes share an interface, each has a CM of its own and sees every
+    /// MAD to QP1, so a REQ or SIDR REQ for a service this one does not listen on may be
+    /// another's. It is left to them (dropped, counted as `cm_rx_no_listener`) if `f`
+    /// says one of them serves it, and refused as on a sole interface if not, so a
+    /// client learns at once that nothing listens there, as from the kernel's rdma_cm.
+    /// Each process that sees such a request refuses it, and the client takes the first
+    /// REJ. The I/O is the caller's: the library asks the host-wide port holds, which
+    /// cost a system call, so `f` is asked only about requests this CM does not serve.
     pub fn set_served_elsewhere(&mut self, f: Option<ServedElsewhere>) {
         self.elsewhere = f;
     }
@@ -213,7 +203,7 @@ impl Cm {
     /// Whether a request for `service_id`, which nobody here listens on, is to be left
     /// to another process (dropped) rather than refused.
     fn leave_to_others(&mut self, service_id: u64) -> bool {
-        !self.sole && self.elsewhere.as_mut().is_none_or(|f| (f.0)(service_id))
+        self.elsewhere.as_mut().is_some_and(|f| (f.0)(service_id))
     }
 
     /// The counters.
@@ -579,12 +569,12 @@ impl Cm {
 
     fn on_req(&mut self, now: Instant, from: Ipv6Addr, tid: u64, q: Req) -> Result<(), Dropped> {
         // On a shared interface and on lo, what this CM sends comes back to it too: its
-        // own REQ is a connection to itself when it listens on the service, and refused
-        // below when no other process could (it is alone), else left to the others.
+        // own REQ is a connection to itself when it listens on the service, left to the
+        // process that serves it, or refused below when none does.
         if q.local_ca_guid == self.config.ca_guid
             && self.conns.get(&q.local_comm_id).is_some_and(|c| c.active)
             && !self.listeners.contains_key(&q.service_id)
-            && !self.sole
+            && self.leave_to_others(q.service_id)
         {
             return Err(Dropped::Own);
         }
