@@ -73,7 +73,8 @@ topology() {
   # holds over any window longer than a fifth of a second.
   tc -n dq-r qdisc add dev r3 root handle 1: htb default 2
   tc -n dq-r class add dev r3 parent 1: classid 1:1 htb rate "${RATE}mbit" ceil "${RATE}mbit" burst 256k cburst 256k
-  tc -n dq-r class add dev r3 parent 1: classid 1:2 htb rate 100mbit
+  # (A quantum of its own: htb's default, rate / r2q, is over its limit at 100 Mb/s.)
+  tc -n dq-r class add dev r3 parent 1: classid 1:2 htb rate 100mbit quantum 60000
   tc -n dq-r qdisc add dev r3 parent 1:1 handle 10: red limit 1000000 min 10000 max 60000 \
     avpkt 1100 burst 10 probability 0.05 bandwidth "${RATE}mbit" ecn
   tc -n dq-r filter add dev r3 parent 1: protocol ip prio 1 u32 \
