@@ -47,7 +47,14 @@ impl Fold {
 }
 
 /// The CRC-32 of `bytes` continuing `crc` (a finished CRC, as [`Fold::copy`] takes it).
+///
+/// No bytes is `crc` itself, without crc32fast's set-up (its CPU check and state, about
+/// 16 ns a call on an AVX-512 Xeon): a folded packet of 1 KiB asks twice for nothing,
+/// once for its pad and once for the tail after the fold's last whole step.
 pub fn continue_crc(crc: u32, bytes: &[u8]) -> u32 {
+    if bytes.is_empty() {
+        return crc;
+    }
     let mut h = crc32fast::Hasher::new_with_initial(crc);
     h.update(bytes);
     h.finalize()
@@ -206,6 +213,19 @@ mod tests {
             let mut q = p.clone();
             icrc::fill(&mut q).unwrap();
             proptest::prop_assert_eq!(p, q);
+        }
+    }
+
+    #[test]
+    fn continuing_over_nothing_is_what_crc32fast_gives() {
+        for crc in [0, 1, 0xffff_ffff, 0x2144_df1c, 0x8000_0000] {
+            let h = crc32fast::Hasher::new_with_initial(crc);
+            assert_eq!(continue_crc(crc, &[]), h.finalize());
+            assert_eq!(continue_crc(crc, &[7]), {
+                let mut h = crc32fast::Hasher::new_with_initial(crc);
+                h.update(&[7]);
+                h.finalize()
+            });
         }
     }
 
