@@ -568,16 +568,6 @@ impl Cm {
     }
 
     fn on_req(&mut self, now: Instant, from: Ipv6Addr, tid: u64, q: Req) -> Result<(), Dropped> {
-        // On a shared interface and on lo, what this CM sends comes back to it too: its
-        // own REQ is a connection to itself when it listens on the service, left to the
-        // process that serves it, or refused below when none does.
-        if q.local_ca_guid == self.config.ca_guid
-            && self.conns.get(&q.local_comm_id).is_some_and(|c| c.active)
-            && !self.listeners.contains_key(&q.service_id)
-            && self.leave_to_others(q.service_id)
-        {
-            return Err(Dropped::Own);
-        }
         if let Some(&id) = self.by_remote.get(&(from, q.local_comm_id)) {
             self.counters.rx_duplicates[0] += 1;
             let c = &self.conns[&id];
@@ -594,10 +584,21 @@ impl Cm {
             }
             return Err(Dropped::Duplicate);
         }
-        if !self.listeners.contains_key(&q.service_id) && self.leave_to_others(q.service_id) {
-            return Err(Dropped::NoListener);
+        let listened = self.listeners.contains_key(&q.service_id);
+        if !listened && self.leave_to_others(q.service_id) {
+            // On a shared interface and on lo, what this CM sends comes back to it too:
+            // its own REQ is a connection to itself when it listens on the service, left
+            // to the process that serves it here, or refused below when none does, as a
+            // peer's is.
+            let own = q.local_ca_guid == self.config.ca_guid
+                && self.conns.get(&q.local_comm_id).is_some_and(|c| c.active);
+            return Err(if own {
+                Dropped::Own
+            } else {
+                Dropped::NoListener
+            });
         }
-        let refuse = if !self.listeners.contains_key(&q.service_id) {
+        let refuse = if !listened {
             self.counters.rej_no_listener += 1;
             Some(RejReason::INVALID_SERVICE_ID)
         } else if !matches!(q.transport, Transport::Rc | Transport::Uc) {
