@@ -91,9 +91,7 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
                     // The hold's own errno where its socket could not be made (EMFILE);
                     // else the port is taken.
                     let errno = match &e {
-                        CmFailure::Verbs(ferroce::verbs::Error::Io(io)) => {
-                            io.raw_os_error().unwrap_or(libc::EIO)
-                        }
+                        CmFailure::Verbs(v) => crate::guard::errno_of(v),
                         _ => libc::EADDRINUSE,
                     };
                     drop(l);
