@@ -19,7 +19,7 @@
 use core::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
-use crate::icrc::{self, Engine};
+use crate::icrc::{self, Engine, HeadBlock};
 use crate::packet::ICRC_LEN;
 use crate::{Error, Layer, Result};
 
@@ -32,6 +32,11 @@ pub struct Fold {
     pub copy: fn(dst: &mut [u8], src: &[u8], crc: u32) -> u32,
     /// `a · b mod P` exactly as [`icrc::mul_mod`] computes it.
     pub mul: fn(a: u32, b: u32) -> u32,
+    /// The CRC-32 register, from a zero register, of a [`HeadBlock`]'s 64 bytes (no
+    /// complement either way: `!continue_crc(!0, &head.to_bytes())`). [`fill_folded`]
+    /// hashes a packet's headers this way: crc32fast takes its table for inputs this
+    /// short, with a set-up each call, 11 ns for a 56-byte head on an AVX-512 Xeon.
+    pub block: fn(head: &HeadBlock) -> u32,
     /// What the kernel is, for `--stats` and `FERROCE_COPY_FOLD` (e.g. `avx512-vpclmulqdq`).
     pub name: &'static str,
 }
@@ -42,6 +47,7 @@ impl Fold {
     pub const REFERENCE: Fold = Fold {
         copy: reference_copy,
         mul: icrc::mul_mod,
+        block: reference_block,
         name: "reference",
     };
 }
@@ -64,6 +70,10 @@ fn reference_copy(dst: &mut [u8], src: &[u8], crc: u32) -> u32 {
     let n = dst.len().min(src.len());
     dst[..n].copy_from_slice(&src[..n]);
     continue_crc(crc, &dst[..n])
+}
+
+fn reference_block(head: &HeadBlock) -> u32 {
+    !continue_crc(!0, &head.to_bytes())
 }
 
 static FOLD: OnceLock<Fold> = OnceLock::new();
@@ -151,6 +161,10 @@ impl ShiftOps {
 /// Writes the ICRC trailer of `ip_packet` (IP header through ICRC) whose payload's CRC was
 /// folded while copying: the headers before `payload.start` are hashed here (masked as
 /// [`icrc::compute`] masks them) and joined to the payload's register with `fold.mul`.
+///
+/// Headers that fit [`icrc::HEAD_BLOCK`] bytes (every IPv4 data packet, IPv6 ones up to an
+/// AETH) are hashed as one zero-padded block by `fold.block`; the padding's shift is
+/// taken out of the shift past the payload, so no multiplication is added.
 pub fn fill_folded(
     ip_packet: &mut [u8],
     payload: PayloadCrc,
@@ -164,8 +178,16 @@ pub fn fill_folded(
     if payload.start > body {
         return Err(Error::Truncated(Layer::Icrc));
     }
-    let head = icrc::compute(&ip_packet[..payload.start])?;
-    let carried = (fold.mul)(!head, ops.get(body - payload.start));
+    let after = body - payload.start;
+    let pad = icrc::HEAD_BLOCK.saturating_sub(payload.start);
+    let block = icrc::head_block(ip_packet, payload.start).filter(|_| after >= pad);
+    let carried = match block {
+        Some(h) => (fold.mul)((fold.block)(&h), ops.get(after - pad)),
+        None => {
+            let head = icrc::compute(&ip_packet[..payload.start])?;
+            (fold.mul)(!head, ops.get(after))
+        }
+    };
     let icrc = !(carried ^ payload.register);
     ip_packet[body..].copy_from_slice(&icrc.to_le_bytes());
     Ok(())
@@ -214,6 +236,52 @@ mod tests {
             icrc::fill(&mut q).unwrap();
             proptest::prop_assert_eq!(p, q);
         }
+    }
+
+    proptest::proptest! {
+        /// Heads of every length, IPv4 with and without options and IPv6, in one block
+        /// where they fit and hashed whole where not: the ICRC is the ICRC.
+        #[test]
+        fn every_head_gives_the_icrc(first in proptest::sample::select(vec![0x45u8, 0x46, 0x4f, 0x60]),
+                                     extra in 0usize..40, len in 0usize..600,
+                                     seed in proptest::num::u32::ANY) {
+            let ip_len = if first >> 4 == 6 { 40 } else { usize::from(first & 0xf) * 4 };
+            let mut head = bytes(ip_len + 20 + extra, seed);
+            head[0] = first;
+            let payload = bytes(len, seed.rotate_left(11));
+            let p = folded(&payload, &head, &Fold::REFERENCE);
+            let mut q = p.clone();
+            icrc::fill(&mut q).unwrap();
+            proptest::prop_assert_eq!(p, q);
+        }
+    }
+
+    #[test]
+    fn a_head_block_is_the_masked_head_from_the_lrh_register() {
+        let mut head = bytes(56, 7);
+        head[0] = 0x45;
+        let mut packet = head.clone();
+        packet.extend_from_slice(&bytes(100, 9));
+        let h = icrc::head_block(&packet, 56).unwrap();
+        // Its register is that of the head, from the LRH's, carried past 8 zero bytes.
+        let mut masked = head.clone();
+        for i in [1, 8, 10, 11, 26, 27, 32] {
+            masked[i] = 0xff;
+        }
+        assert_eq!(
+            reference_block(&h),
+            !continue_crc(continue_crc(icrc::LRH_CRC, &masked), &[0; 8])
+        );
+        assert!(icrc::head_block(&packet, 65).is_none(), "too long");
+        assert!(icrc::head_block(&packet, 39).is_none(), "no whole BTH");
+        assert!(
+            icrc::head_block(&packet[..63], 56).is_none(),
+            "under a block"
+        );
+        packet[0] = 0x75;
+        assert!(icrc::head_block(&packet, 56).is_none(), "no IP version");
+        packet[0] = 0x44;
+        assert!(icrc::head_block(&packet, 56).is_none(), "IHL under 5");
     }
 
     #[test]
