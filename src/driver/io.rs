@@ -304,6 +304,9 @@ impl Shared {
         self.wake.answers_pending.store(false, Ordering::Relaxed);
         self.wake.answers_age.store(0, Ordering::Relaxed);
         self.wake.deferred_bytes.store(0, Ordering::Relaxed);
+        if !ep.may_transmit() {
+            return TxOutcome::default();
+        }
         let link = &*self.io.link;
         let mut framer = Framer {
             shared: self,

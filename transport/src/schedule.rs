@@ -109,6 +109,11 @@ impl Schedule {
         self.ready.range(from..).next().copied()
     }
 
+    /// Whether any QP is marked ready.
+    pub(crate) fn any_ready(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
     /// The earliest deadline of any QP.
     pub(crate) fn earliest(&self) -> Option<Instant> {
         self.deadlines.first().map(|&(at, _)| at)
@@ -152,6 +157,7 @@ mod tests {
         assert!(sim.run_idle(Duration::from_secs(1)));
         for n in &sim.nodes {
             assert_eq!(n.schedule().ready_count(), 0, "connected, idle QPs");
+            assert!(!n.may_transmit(), "nothing to send");
             assert_eq!(n.poll_timeout(), None);
         }
 
@@ -176,6 +182,7 @@ mod tests {
         };
         sim.nodes[0].post_send(sim.now, a.qpn, &wr).unwrap();
         assert_eq!(sim.nodes[0].schedule().ready_count(), 1, "the QP posted to");
+        assert!(sim.nodes[0].may_transmit());
 
         assert!(sim.run_idle(Duration::from_secs(1)));
         let mut wcs = Vec::new();
@@ -183,6 +190,7 @@ mod tests {
         assert_eq!(wcs[0].status, crate::WcStatus::Success);
         for n in &sim.nodes {
             assert_eq!(n.schedule().ready_count(), 0, "all work done");
+            assert!(!n.may_transmit(), "all work done");
             assert_eq!(n.poll_timeout(), None, "no timer left armed");
         }
     }

@@ -313,7 +313,14 @@ impl Sim {
     /// Drains every node's transmit queue into the network.
     fn pump(&mut self) {
         for from in 0..self.nodes.len() {
-            while let Some(t) = self.nodes[from].poll_transmit(self.now, &mut self.buf) {
+            loop {
+                // Every simulated run holds the driver's shortcut to its promise: nothing
+                // is sent by an endpoint that said it had nothing.
+                let may = self.nodes[from].may_transmit();
+                let Some(t) = self.nodes[from].poll_transmit(self.now, &mut self.buf) else {
+                    break;
+                };
+                assert!(may, "node {from} sent although may_transmit() was false");
                 self.stats.sent += 1;
                 self.stats.repeats += u64::from(t.silences > 0);
                 self.stats.most_silences = self.stats.most_silences.max(t.silences);
