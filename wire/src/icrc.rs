@@ -184,9 +184,9 @@ pub const HEAD_BLOCK: usize = 64;
 /// `bytes`, ORed with `mask` (the bits [`compute`] masks), with `init` XORed into their
 /// first four, then zeros up to [`HEAD_BLOCK`] bytes ([`HeadBlock::to_bytes`]). The CRC
 /// register of that block from a zero register is the headers' register, from the one the
-/// ICRC starts with ([`LRH_CRC`]), carried past `HEAD_BLOCK - len` zero bytes: a caller
-/// that carries it on past a payload counts those bytes in the payload's shift
-/// ([`crate::icrc_fold::fill_folded`]).
+/// ICRC starts with (after the masked LRH's eight 0xff bytes), carried past the zeros
+/// (`HEAD_BLOCK - len` bytes): a caller that carries it on past a payload counts those
+/// bytes in the payload's shift ([`crate::icrc_fold::fill_folded`]).
 ///
 /// The parts are handed over rather than the block because building it in memory (a copy
 /// of a run-time length, a byte loop, then vector loads of what was just stored) took 11
@@ -199,7 +199,9 @@ pub struct HeadBlock<'a> {
     pub mask: &'static [u8; HEAD_BLOCK],
     /// Bytes of headers (at most [`HEAD_BLOCK`]).
     pub len: usize,
-    /// The register the ICRC starts from, complemented as a finished CRC is.
+    /// The CRC register the headers start from, XORed into their first four bytes: for
+    /// an ICRC, the register after the masked LRH's eight 0xff bytes (the complement of
+    /// their finished CRC).
     pub init: u32,
 }
 
