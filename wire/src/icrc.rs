@@ -128,20 +128,25 @@ pub fn compute(ip_packet: &[u8]) -> Result<u32> {
     compute_with(engine(), ip_packet)
 }
 
-/// [`compute`] with the given engine (to compare engines, or to test one).
-pub fn compute_with(engine: Engine, ip_packet: &[u8]) -> Result<u32> {
-    let first = *ip_packet.first().ok_or(Error::Truncated(Layer::Ip))?;
-    let (ip_len, layout) = match first >> 4 {
+/// The IP header's length and its row of [`MASKS`], from the header's first byte.
+fn layout(first: u8) -> Result<(usize, usize)> {
+    match first >> 4 {
         4 => {
             let ihl = usize::from(first & 0xf);
             if ihl < 5 {
                 return Err(Error::BadIpHeader);
             }
-            (ihl * 4, ihl - 5)
+            Ok((ihl * 4, ihl - 5))
         }
-        6 => (40, IPV6),
-        _ => return Err(Error::BadIpHeader),
-    };
+        6 => Ok((40, IPV6)),
+        _ => Err(Error::BadIpHeader),
+    }
+}
+
+/// [`compute`] with the given engine (to compare engines, or to test one).
+pub fn compute_with(engine: Engine, ip_packet: &[u8]) -> Result<u32> {
+    let first = *ip_packet.first().ok_or(Error::Truncated(Layer::Ip))?;
+    let (ip_len, layout) = layout(first)?;
     let masked_len = ip_len + 8 + 12;
     if ip_packet.len() < masked_len {
         return Err(Error::Truncated(Layer::Bth));
@@ -230,12 +235,7 @@ impl HeadBlock<'_> {
 /// BTH, or `ip_packet` is shorter than the block.
 pub fn head_block(ip_packet: &[u8], head_len: usize) -> Option<HeadBlock<'_>> {
     let bytes: &[u8; HEAD_BLOCK] = ip_packet.get(..HEAD_BLOCK)?.try_into().ok()?;
-    let layout = match bytes[0] >> 4 {
-        4 => usize::from(bytes[0] & 0xf).checked_sub(5)?,
-        6 => IPV6,
-        _ => return None,
-    };
-    let ip_len = if layout == IPV6 { 40 } else { (layout + 5) * 4 };
+    let (ip_len, layout) = layout(bytes[0]).ok()?;
     if head_len > HEAD_BLOCK || head_len < ip_len + 8 + 12 {
         return None;
     }
