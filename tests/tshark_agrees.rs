@@ -171,7 +171,10 @@ fn tshark_decodes_what_ferroce_emits() {
             "expert info: {ctx}"
         );
         let h = p.op.headers();
-        if h.contains(HeaderSet::RETH) {
+        // Wireshark learnt the atomic write (IBA 1.5) after 4.0, Debian 12's: its BTH is
+        // checked above, its RETH where the dissector knows the opcode.
+        let reth_unknown = p.op == Opcode::RC_ATOMIC_WRITE && f[6].is_empty();
+        if h.contains(HeaderSet::RETH) && !reth_unknown {
             assert!(f[6].parse::<u32>().unwrap() >= 4100, "RETH: {ctx}");
         }
         if h.contains(HeaderSet::AETH) {

@@ -146,11 +146,14 @@ pub enum Operation {
     FetchAdd,
     /// RoCE v2 congestion notification packet.
     Cnp,
+    /// Atomic write (IBA 1.5, A19.4): 8 bytes stored at once at the RETH's address,
+    /// acknowledged like an RDMA WRITE.
+    AtomicWrite,
 }
 
 impl Operation {
     /// Every operation, in declaration (discriminant) order.
-    pub const ALL: [Operation; 9] = [
+    pub const ALL: [Operation; 10] = [
         Self::Send,
         Self::RdmaWrite,
         Self::RdmaReadRequest,
@@ -160,6 +163,7 @@ impl Operation {
         Self::CompareSwap,
         Self::FetchAdd,
         Self::Cnp,
+        Self::AtomicWrite,
     ];
 }
 
@@ -239,6 +243,7 @@ opcode_table! {
     RC_FETCH_ADD = 0x14, Rc, FetchAdd, Only, [ATOMIC_ETH], false;
     RC_SEND_LAST_WITH_INVALIDATE = 0x16, Rc, Send, Last, [IETH], true;
     RC_SEND_ONLY_WITH_INVALIDATE = 0x17, Rc, Send, Only, [IETH], true;
+    RC_ATOMIC_WRITE = 0x1d, Rc, AtomicWrite, Only, [RETH], true;
     UC_SEND_FIRST = 0x20, Uc, Send, First, [], true;
     UC_SEND_MIDDLE = 0x21, Uc, Send, Middle, [], true;
     UC_SEND_LAST = 0x22, Uc, Send, Last, [], true;
@@ -411,7 +416,12 @@ mod tests {
             };
             assert!(op.name().starts_with(prefix), "{op:?}");
         }
-        assert_eq!(Opcode::all().count(), 38);
+        assert_eq!(Opcode::all().count(), 39);
+        assert_eq!(
+            Opcode::new(0x1d).map(|o| (o.name(), o.operation(), o.headers())),
+            Some(("RC_ATOMIC_WRITE", Operation::AtomicWrite, HeaderSet::RETH))
+        );
+        assert!(Opcode::new(0x1c).is_none(), "FLUSH is not supported");
         assert!(Opcode::new(0x15).is_none());
         assert!(Opcode::new(0x2c).is_none());
         assert!(Opcode::new(0x40).is_none(), "RD is not supported");
