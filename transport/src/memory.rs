@@ -32,6 +32,8 @@ pub enum AtomicOp {
     },
     /// Fetch-and-add (wrapping).
     FetchAdd(u64),
+    /// Store (an atomic write): the word becomes the value, read as the others are.
+    Store(u64),
 }
 
 impl AtomicOp {
@@ -41,6 +43,7 @@ impl AtomicOp {
             AtomicOp::CmpSwp { compare, swap } if orig == compare => swap,
             AtomicOp::CmpSwp { .. } => orig,
             AtomicOp::FetchAdd(add) => orig.wrapping_add(add),
+            AtomicOp::Store(v) => v,
         }
     }
 }

@@ -479,8 +479,13 @@ impl MrTable {
         if !addr.is_multiple_of(8) {
             return Err(MrError::Misaligned(addr));
         }
+        // An atomic write stores, as an RDMA WRITE does, and needs the same right.
+        let right = match op {
+            AtomicOp::Store(_) => Access::REMOTE_WRITE,
+            AtomicOp::CmpSwp { .. } | AtomicOp::FetchAdd(_) => Access::REMOTE_ATOMIC,
+        };
         let remote = KeyKind::Remote { qpn };
-        let c = self.check(rkey, remote, pd, addr, 8, Access::REMOTE_ATOMIC)?;
+        let c = self.check(rkey, remote, pd, addr, 8, right)?;
         self.memory_of(c)?
             .atomic_at(c.offset, op)
             .ok_or(MrError::OutOfBounds { addr, len: 8 })

@@ -317,6 +317,11 @@ pub enum WrOpcode {
     BindMw,
     /// Unbinds the type 2 memory window whose R_Key is `invalidate_rkey` (local).
     LocalInv,
+    /// Atomic write (RC only; IBA 1.5): the 8 bytes `compare_add.to_ne_bytes()` stored at
+    /// once at the 8-byte aligned `remote_addr` (`ibv_wr_atomic_write`). It carries its
+    /// value itself: the gather list is ignored. The peer needs REMOTE_WRITE on the QP
+    /// and the region; completes as [`WcOpcode::AtomicWrite`].
+    AtomicWrite,
 }
 
 impl WrOpcode {
@@ -392,7 +397,8 @@ pub struct SendWr {
     pub remote_addr: u64,
     /// R_Key of the remote memory for RDMA and atomics.
     pub rkey: u32,
-    /// Compare value (CmpSwp) or addend (FetchAdd).
+    /// Compare value (CmpSwp), addend (FetchAdd), or the value of an AtomicWrite (its
+    /// bytes in memory order).
     pub compare_add: u64,
     /// Swap value (CmpSwp).
     pub swap: u64,
@@ -490,6 +496,8 @@ pub enum WcOpcode {
     BindMw = 5,
     /// A local invalidation.
     LocalInv = 6,
+    /// An atomic write.
+    AtomicWrite = 9,
     /// A received SEND.
     Recv = 128,
     /// A received RDMA WRITE with immediate data.
@@ -506,6 +514,7 @@ impl From<WrOpcode> for WcOpcode {
             WrOpcode::AtomicFetchAdd => WcOpcode::FetchAdd,
             WrOpcode::BindMw => WcOpcode::BindMw,
             WrOpcode::LocalInv => WcOpcode::LocalInv,
+            WrOpcode::AtomicWrite => WcOpcode::AtomicWrite,
         }
     }
 }

@@ -493,6 +493,43 @@ fn seeds() -> Vec<Seed> {
         Box::new(|o| nak(o, NakCode::InvalidRequest) && o.changed.is_empty()),
     );
 
+    add(
+        "rc-atomic-write",
+        "an atomic write of 8 bytes into `wo` (REMOTE_WRITE alone suffices): an ACK",
+        vec![pkt(
+            O::RC_ATOMIC_WRITE,
+            RC,
+            0,
+            reth(wo.addr + 8, wo.rkey, 8),
+            &bytes(8, 41),
+        )],
+        Box::new(|o| sent(o, O::RC_ACKNOWLEDGE) == 1 && o.changed == ["wo"]),
+    );
+    add(
+        "rc-atomic-write-misaligned",
+        "an atomic write at an address that is not 8-byte aligned: NAK, nothing stored",
+        vec![pkt(
+            O::RC_ATOMIC_WRITE,
+            RC,
+            0,
+            reth(wo.addr + 4, wo.rkey, 8),
+            &bytes(8, 42),
+        )],
+        Box::new(|o| nak(o, NakCode::InvalidRequest) && o.changed.is_empty()),
+    );
+    add(
+        "rc-atomic-write-read-only",
+        "an atomic write into `ro` (REMOTE_READ only): remote access error, nothing stored",
+        vec![pkt(
+            O::RC_ATOMIC_WRITE,
+            RC,
+            0,
+            reth(ro.addr, ro.rkey, 8),
+            &bytes(8, 43),
+        )],
+        Box::new(|o| nak(o, NakCode::RemoteAccessError) && o.changed.is_empty()),
+    );
+
     // RC sequence errors.
     add(
         "rc-duplicate-send",

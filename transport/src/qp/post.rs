@@ -31,11 +31,15 @@ impl Qp {
         let local = wr.opcode.is_local();
         // A local operation carries no data: its gather list and INLINE flag mean nothing.
         let inline = wr.flags.contains(SendFlags::INLINE) && !local;
-        if wr.sg_list.len() > self.cap.max_send_sge as usize && !inline && !local {
+        // An atomic write carries its value in the WR (`ibv_wr_atomic_write`), not a list.
+        let atomic_write = wr.opcode == Op::AtomicWrite;
+        if wr.sg_list.len() > self.cap.max_send_sge as usize && !inline && !local && !atomic_write {
             return Err(Error::TooManySge);
         }
         let len = if local {
             0
+        } else if atomic_write {
+            8
         } else {
             crate::mr::sge_total(&wr.sg_list).ok_or(Error::MessageTooLarge)?
         };
@@ -60,7 +64,9 @@ impl Qp {
                 }
             }
             (QpType::Ud, _) => return Err(Error::InvalidWr("opcode not supported on UD")),
-            (QpType::Uc, op) if op.is_read_or_atomic() || op == Op::SendWithInv => {
+            (QpType::Uc, op)
+                if op.is_read_or_atomic() || op == Op::SendWithInv || op == Op::AtomicWrite =>
+            {
                 return Err(Error::InvalidWr("opcode not supported on UC"))
             }
             _ => {}
@@ -73,7 +79,15 @@ impl Qp {
                 return Err(Error::InvalidWr("atomic remote address not 8-byte aligned"));
             }
         }
-        let inline_bytes = if inline {
+        if atomic_write && !wr.remote_addr.is_multiple_of(8) {
+            return Err(Error::InvalidWr(
+                "atomic write remote address not 8-byte aligned",
+            ));
+        }
+        let inline_bytes = if atomic_write {
+            // The value travels as the packet's payload, as inline data does.
+            Some(wr.compare_add.to_ne_bytes().to_vec())
+        } else if inline {
             if wr.opcode.is_read_or_atomic() {
                 return Err(Error::InvalidWr("inline READ or atomic"));
             }
@@ -90,7 +104,7 @@ impl Qp {
             None
         };
         let mut sg_list = self.take_sg_list();
-        if !(inline || local) {
+        if !(inline || local || atomic_write) {
             sg_list.extend_from_slice(&wr.sg_list);
         }
         // Every field but the gather list, which goes into a reused allocation.

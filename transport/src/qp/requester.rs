@@ -350,6 +350,16 @@ impl Qp {
             }
             // Never here: `decide` does not pick local operations.
             WrOpcode::BindMw | WrOpcode::LocalInv => return None,
+            WrOpcode::AtomicWrite => {
+                // One packet: the RETH names the 8 bytes, the payload is the value (taken
+                // at post time, as inline data).
+                ext.reth = Some(RethRepr {
+                    va: w.wr.remote_addr,
+                    rkey: w.wr.rkey,
+                    dma_len: w.len,
+                });
+                (Operation::AtomicWrite, w.len, 1)
+            }
             WrOpcode::AtomicCmpSwp | WrOpcode::AtomicFetchAdd => {
                 ext.atomic_eth = Some(AtomicEthRepr {
                     va: w.wr.remote_addr,

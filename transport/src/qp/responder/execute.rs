@@ -1,6 +1,7 @@
 //! Executing the expected request: the opcode sequence and length rules, then one
 //! function per operation (`execute_send`, `execute_write`, `execute_read`,
-//! `execute_atomic`) sharing one QP access check, one R_Key check and one MSN advance.
+//! `execute_atomic`, `execute_atomic_write`) sharing one QP access check, one R_Key check
+//! and one MSN advance.
 
 use ferroce_wire::{NakCode, Operation, Position};
 
@@ -53,6 +54,7 @@ impl Qp {
             Operation::RdmaWrite => self.execute_write(ctx, rx),
             Operation::RdmaReadRequest => self.execute_read(ctx, rx),
             Operation::CompareSwap | Operation::FetchAdd => self.execute_atomic(ctx, rx),
+            Operation::AtomicWrite => self.execute_atomic_write(ctx, rx),
             _ => Err(INVALID_REQUEST),
         }
     }
@@ -338,6 +340,36 @@ impl Qp {
         self.push_resp(ctx, RespOut::AtomicAck { psn, orig });
         self.resp.expected_psn = psn.add(1);
         self.resp.advance_msn();
+        Ok(())
+    }
+
+    /// Atomic write (IBA 1.5, A19.4): the RETH names exactly 8 bytes at an 8-byte aligned
+    /// address, the payload is their new value, stored in one atomic operation under the
+    /// rights of an RDMA WRITE (the QP's and the region's REMOTE_WRITE), as rxe checks
+    /// them. It is acknowledged like a WRITE (by the caller), and a duplicate is
+    /// acknowledged again without storing: no resource is kept, so it needs no room among
+    /// the READs and atomics.
+    fn execute_atomic_write(&mut self, ctx: &mut Ctx<'_>, rx: &Rx<'_>) -> Result<(), Refuse> {
+        self.qp_allows(Access::REMOTE_WRITE)?;
+        let reth = rx.ext.reth.ok_or(INVALID_REQUEST)?;
+        let value: [u8; 8] = rx.payload.try_into().map_err(|_| INVALID_REQUEST)?;
+        if reth.dma_len != 8 || !reth.va.is_multiple_of(8) {
+            return Err(INVALID_REQUEST);
+        }
+        ctx.mrs
+            .atomic(
+                reth.rkey,
+                self.qpn,
+                self.pd,
+                reth.va,
+                AtomicOp::Store(u64::from_le_bytes(value)),
+            )
+            .map_err(|e| {
+                tracing::debug!(qpn = self.qpn, %e, "atomic write refused");
+                Refuse::Nak(NakCode::RemoteAccessError, None)
+            })?;
+        self.resp.advance_msn();
+        ctx.counters.rdma_recvs += 1;
         Ok(())
     }
 }

@@ -298,7 +298,10 @@ impl Qp {
             Ok(()) => {
                 self.resp.nak_sent = false;
                 let op = rx.bth.opcode.operation();
-                if matches!(op, Operation::Send | Operation::RdmaWrite) {
+                if matches!(
+                    op,
+                    Operation::Send | Operation::RdmaWrite | Operation::AtomicWrite
+                ) {
                     ctx.counters.rcvd_data_bytes += rx.payload.len() as u64;
                     self.resp.expected_psn = psn.add(1);
                     if rx.bth.ack_req {
@@ -340,7 +343,7 @@ impl Qp {
     fn rc_duplicate(&mut self, ctx: &mut Ctx<'_>, rx: &Rx<'_>) {
         let psn = rx.bth.psn;
         match rx.bth.opcode.operation() {
-            Operation::Send | Operation::RdmaWrite => {
+            Operation::Send | Operation::RdmaWrite | Operation::AtomicWrite => {
                 // C9-105: acknowledge again with the last PSN executed.
                 let syndrome = Syndrome::Ack {
                     credits: self.credits(),
