@@ -21,7 +21,8 @@ const SUPPORTED_OPS: u64 = (IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
     | IBV_QP_EX_WITH_SEND_WITH_INV
     | IBV_QP_EX_WITH_BIND_MW
-    | IBV_QP_EX_WITH_LOCAL_INV) as u64;
+    | IBV_QP_EX_WITH_LOCAL_INV
+    | IBV_QP_EX_WITH_ATOMIC_WRITE) as u64;
 
 /// `verbs_context.create_qp_ex`: a QP from `ibv_qp_init_attr_ex` (a PD is required;
 /// XRC, RSS, TSO and creation flags are refused).
@@ -95,6 +96,7 @@ fn install(t: &mut ibv_qp_ex) {
     t.wr_rdma_read = Some(wr_rdma_read);
     t.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
     t.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+    t.wr_atomic_write = Some(wr_atomic_write);
     t.wr_set_ud_addr = Some(wr_set_ud_addr);
     t.wr_set_sge = Some(wr_set_sge);
     t.wr_set_sge_list = Some(wr_set_sge_list);
@@ -256,6 +258,28 @@ unsafe extern "C" fn wr_atomic_fetch_add(qp: *mut ibv_qp_ex, rkey: u32, addr: u6
     begin(qp, WrOpcode::AtomicFetchAdd, |w| {
         (w.rkey, w.remote_addr, w.compare_add) = (rkey, addr, add);
     });
+}
+
+/// `ibv_wr_atomic_write`: the 8 bytes at `atomic_wr` are read now (the program may reuse
+/// them once the call returns) and stored at once at the peer's `remote_addr`.
+unsafe extern "C" fn wr_atomic_write(
+    qp: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    atomic_wr: *const c_void,
+) {
+    let value = (!atomic_wr.is_null()).then(|| {
+        // SAFETY: the caller's contract: `atomic_wr` points at 8 readable bytes (any
+        // alignment: read unaligned).
+        unsafe { std::ptr::read_unaligned(atomic_wr.cast::<[u8; 8]>()) }
+    });
+    begin(qp, WrOpcode::AtomicWrite, |w| {
+        (w.rkey, w.remote_addr) = (rkey, remote_addr);
+        w.compare_add = u64::from_ne_bytes(value.unwrap_or_default());
+    });
+    if value.is_none() {
+        last(qp, |_, _| Err(libc::EINVAL));
+    }
 }
 
 unsafe extern "C" fn wr_set_ud_addr(

@@ -88,3 +88,18 @@ pub fn fetch_add(wr_id: u64, sge: Sge, remote_addr: u64, rkey: u32, add: u64) ->
         ..wr(wr_id, WrOpcode::AtomicFetchAdd, sge)
     }
 }
+
+/// Atomic write (RC only): the 8 bytes `value` stored at once at the 8-byte aligned
+/// `remote_addr`, which the peer's region and QP open for remote writes. Nothing comes
+/// back but the completion.
+pub fn atomic_write(wr_id: u64, remote_addr: u64, rkey: u32, value: [u8; 8]) -> SendWr {
+    SendWr {
+        wr_id,
+        opcode: WrOpcode::AtomicWrite,
+        flags: SendFlags::SIGNALED,
+        remote_addr,
+        rkey,
+        compare_add: u64::from_ne_bytes(value),
+        ..Default::default()
+    }
+}
