@@ -38,6 +38,44 @@ fn region(
         .expect("reg_mr")
 }
 
+/// A request from node 0 to `qpn` on node 1 with AckReq and a RETH, checksums right.
+fn forged(sim: &Sim, op: Opcode, qpn: u32, psn: u32, reth: RethRepr, payload: &[u8]) -> Vec<u8> {
+    let bth = BthRepr {
+        ack_req: true,
+        ..BthRepr::new(op, qpn, Psn::new(psn))
+    };
+    let ext = ExtRepr {
+        reth: Some(reth),
+        ..Default::default()
+    };
+    forge(sim.gid(0), sim.gid(1), bth, ext, payload)
+}
+
+/// Whether the region still holds only the 0xee it was registered with.
+fn untouched(sim: &Sim, m: &MrInfo) -> bool {
+    sim.nodes[1]
+        .mr_bytes(m.lkey)
+        .unwrap()
+        .iter()
+        .all(|&x| x == 0xee)
+}
+
+/// One atomic write from a fresh pair whose responder QP has `qp_rights` into a region
+/// with `mr_rights`: the requester's completion status, and whether the region stayed.
+fn one_refused(seed: u64, qp_rights: Access, mr_rights: Access) -> (WcStatus, bool) {
+    let mut sim = Sim::new(seed, 2, false);
+    let o = QpOpts {
+        access: qp_rights,
+        ..Default::default()
+    };
+    let (a, b) = connect(&mut sim, 0, 1, &o);
+    let dst = region(&mut sim, b, 64, mr_rights);
+    let wr = atomic_write(1, dst.addr, dst.rkey, [1; 8]);
+    sim.nodes[0].post_send(sim.now, a.qpn, &wr).unwrap();
+    let wcs = wait_wcs(&mut sim, a, 1);
+    (wcs[0].status, untouched(&sim, &dst))
+}
+
 #[test]
 fn an_atomic_write_stores_its_eight_bytes_and_completes() {
     let mut sim = Sim::new(1, 2, false);
@@ -129,47 +167,21 @@ fn what_a_requester_may_not_post_is_refused_at_post_time() {
     let wr = atomic_write(2, dst.addr, dst.rkey, [1; 8]);
     let e = sim.nodes[0].post_send(sim.now, c.qpn, &wr).unwrap_err();
     assert!(matches!(e, Error::InvalidWr(_)), "{e:?}");
-    assert!(sim.nodes[1]
-        .mr_bytes(dst.lkey)
-        .unwrap()
-        .iter()
-        .all(|&x| x == 0xee));
+    assert!(untouched(&sim, &dst));
 }
 
 #[test]
 fn without_the_write_right_the_peer_says_no_and_memory_stays() {
+    let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let no_write = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
     // The region has every right but REMOTE_WRITE: remote access error.
-    let mut sim = Sim::new(5, 2, false);
-    let (a, b) = connect(&mut sim, 0, 1, &QpOpts::default());
-    let rights = Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
-    let dst = region(&mut sim, b, 64, rights);
-    let wr = atomic_write(1, dst.addr, dst.rkey, [1; 8]);
-    sim.nodes[0].post_send(sim.now, a.qpn, &wr).unwrap();
-    let wcs = wait_wcs(&mut sim, a, 1);
-    assert_eq!(wcs[0].status, WcStatus::RemAccessErr);
-    assert!(sim.nodes[1]
-        .mr_bytes(dst.lkey)
-        .unwrap()
-        .iter()
-        .all(|&x| x == 0xee));
-
+    let (status, kept) = one_refused(5, all | Access::REMOTE_ATOMIC, no_write);
+    assert_eq!(status, WcStatus::RemAccessErr);
+    assert!(kept);
     // The responder's QP lacks REMOTE_WRITE: invalid request, as for a WRITE.
-    let mut sim = Sim::new(6, 2, false);
-    let no_write = QpOpts {
-        access: Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
-        ..Default::default()
-    };
-    let (a, b) = connect(&mut sim, 0, 1, &no_write);
-    let dst = region(&mut sim, b, 64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
-    let wr = atomic_write(1, dst.addr, dst.rkey, [1; 8]);
-    sim.nodes[0].post_send(sim.now, a.qpn, &wr).unwrap();
-    let wcs = wait_wcs(&mut sim, a, 1);
-    assert_eq!(wcs[0].status, WcStatus::RemInvReqErr);
-    assert!(sim.nodes[1]
-        .mr_bytes(dst.lkey)
-        .unwrap()
-        .iter()
-        .all(|&x| x == 0xee));
+    let (status, kept) = one_refused(6, no_write, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+    assert_eq!(status, WcStatus::RemInvReqErr);
+    assert!(kept);
 }
 
 /// What a hostile or broken requester may send: each is NAKed as an invalid request (or
@@ -216,25 +228,24 @@ fn malformed_atomic_writes_are_naked_and_store_nothing() {
         let mut sim = Sim::new(7, 2, false);
         let (_a, b) = connect(&mut sim, 0, 1, &QpOpts::default());
         let dst = region(&mut sim, b, 64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
-        let bth = BthRepr {
-            ack_req: true,
-            ..BthRepr::new(Opcode::RC_ATOMIC_WRITE, b.qpn, Psn::new(0x100))
+        let reth = RethRepr {
+            va: dst.addr + off,
+            rkey: key(dst.rkey),
+            dma_len,
         };
-        let ext = ExtRepr {
-            reth: Some(RethRepr {
-                va: dst.addr + off,
-                rkey: key(dst.rkey),
-                dma_len,
-            }),
-            ..Default::default()
-        };
-        let pkt = forge(sim.gid(0), sim.gid(1), bth, ext, &vec![0x5a; payload]);
+        let pkt = forged(
+            &sim,
+            Opcode::RC_ATOMIC_WRITE,
+            b.qpn,
+            0x100,
+            reth,
+            &vec![0x5a; payload],
+        );
         sim.nodes[1].handle_packet(sim.now, &pkt);
         let sent = drain_sent(&mut sim, 1);
         assert_eq!(sent.len(), 1, "{what}: {sent:?}");
         assert_eq!(sent[0].2, Some(Syndrome::Nak(nak)), "{what}");
-        let m = sim.nodes[1].mr_bytes(dst.lkey).unwrap();
-        assert!(m.iter().all(|&x| x == 0xee), "{what}: {m:?}");
+        assert!(untouched(&sim, &dst), "{what}");
     }
 }
 
@@ -245,41 +256,26 @@ fn a_duplicate_is_acknowledged_without_storing_again() {
     let mut sim = Sim::new(8, 2, false);
     let (_a, b) = connect(&mut sim, 0, 1, &QpOpts::default());
     let dst = region(&mut sim, b, 64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
-    let aw = |psn: u32, value: u8| {
-        let bth = BthRepr {
-            ack_req: true,
-            ..BthRepr::new(Opcode::RC_ATOMIC_WRITE, b.qpn, Psn::new(psn))
-        };
-        let ext = ExtRepr {
-            reth: Some(RethRepr {
-                va: dst.addr,
-                rkey: dst.rkey,
-                dma_len: 8,
-            }),
-            ..Default::default()
-        };
-        forge(sim.gid(0), sim.gid(1), bth, ext, &[value; 8])
+    let reth = RethRepr {
+        va: dst.addr,
+        rkey: dst.rkey,
+        dma_len: 8,
     };
-    let first = aw(0x100, 1);
+    let first = forged(&sim, Opcode::RC_ATOMIC_WRITE, b.qpn, 0x100, reth, &[1; 8]);
     sim.nodes[1].handle_packet(sim.now, &first);
     assert_eq!(&sim.nodes[1].mr_bytes(dst.lkey).unwrap()[..8], &[1; 8]);
     let sent = drain_sent(&mut sim, 1);
     assert_eq!(sent.len(), 1, "{sent:?}");
     assert_eq!(sent[0].1, 0x100);
     assert!(matches!(sent[0].2, Some(Syndrome::Ack { .. })), "{sent:?}");
-    let bth = BthRepr {
-        ack_req: true,
-        ..BthRepr::new(Opcode::RC_RDMA_WRITE_ONLY, b.qpn, Psn::new(0x101))
-    };
-    let ext = ExtRepr {
-        reth: Some(RethRepr {
-            va: dst.addr,
-            rkey: dst.rkey,
-            dma_len: 8,
-        }),
-        ..Default::default()
-    };
-    let write = forge(sim.gid(0), sim.gid(1), bth, ext, &[2; 8]);
+    let write = forged(
+        &sim,
+        Opcode::RC_RDMA_WRITE_ONLY,
+        b.qpn,
+        0x101,
+        reth,
+        &[2; 8],
+    );
     sim.nodes[1].handle_packet(sim.now, &write);
     assert_eq!(drain_sent(&mut sim, 1).len(), 1);
     assert_eq!(&sim.nodes[1].mr_bytes(dst.lkey).unwrap()[..8], &[2; 8]);
