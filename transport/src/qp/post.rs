@@ -71,18 +71,12 @@ impl Qp {
             }
             _ => {}
         }
-        if wr.opcode.is_atomic() {
-            if len != 8 || wr.sg_list.len() != 1 {
-                return Err(Error::InvalidWr("atomics take one 8-byte SGE"));
-            }
-            if !wr.remote_addr.is_multiple_of(8) {
-                return Err(Error::InvalidWr("atomic remote address not 8-byte aligned"));
-            }
+        if wr.opcode.is_atomic() && (len != 8 || wr.sg_list.len() != 1) {
+            return Err(Error::InvalidWr("atomics take one 8-byte SGE"));
         }
-        if atomic_write && !wr.remote_addr.is_multiple_of(8) {
-            return Err(Error::InvalidWr(
-                "atomic write remote address not 8-byte aligned",
-            ));
+        // Atomics and atomic writes alike name one aligned 8-byte word.
+        if (wr.opcode.is_atomic() || atomic_write) && !wr.remote_addr.is_multiple_of(8) {
+            return Err(Error::InvalidWr("atomic remote address not 8-byte aligned"));
         }
         let inline_bytes = if atomic_write {
             // The value travels as the packet's payload, as inline data does.
