@@ -359,6 +359,10 @@ pub fn builtin() -> Vec<Case> {
 const BUILTIN: &[(&str, &str)] = &[
     ("sequence.toml", include_str!("../../probe/sequence.toml")),
     ("access.toml", include_str!("../../probe/access.toml")),
+    (
+        "atomic_write.toml",
+        include_str!("../../probe/atomic_write.toml"),
+    ),
     ("invalid.toml", include_str!("../../probe/invalid.toml")),
     ("malformed.toml", include_str!("../../probe/malformed.toml")),
     ("requester.toml", include_str!("../../probe/requester.toml")),
