@@ -103,6 +103,11 @@ impl AsyncEventSink for CtxEvents {
                     IBV_EVENT_PORT_ERR
                 },
             }),
+            // A device event names no QP, CQ or port: libibverbs leaves the element 0.
+            AsyncEvent::DeviceFatal => Some(ibv_async_event {
+                element: ibv_async_event__bindgen_ty_1 { port_num: 0 },
+                event_type: IBV_EVENT_DEVICE_FATAL,
+            }),
         };
         if let Some(e) = c {
             relock(&self.queue).push_back(Raw(e));

@@ -1,7 +1,7 @@
 //! Asynchronous events (a QP that failed by itself, a CQ that overflowed): taken from the
 //! transport wherever it may raise them and handed to every subscriber of the device; and
-//! the port's own (its link went down or came up), raised by the driver thread when the
-//! link says its state changed.
+//! the port's own (its link went down or came up) and the device's (its interface is
+//! gone), raised by the driver thread when the link says its state changed.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
@@ -22,6 +22,9 @@ pub(super) struct AsyncEvents {
     sinks: Mutex<Vec<Weak<dyn AsyncEventSink>>>,
     /// The port is ACTIVE: its link is up (changed by the driver thread only).
     port_up: AtomicBool,
+    /// DEVICE_FATAL was raised: the link's interface is gone (set once, by the driver
+    /// thread).
+    fatal: AtomicBool,
 }
 
 impl AsyncEvents {
@@ -29,6 +32,7 @@ impl AsyncEvents {
         AsyncEvents {
             sinks: Mutex::default(),
             port_up: AtomicBool::new(port_up),
+            fatal: AtomicBool::new(false),
         }
     }
 
@@ -60,9 +64,15 @@ impl Shared {
         self.async_events.port_up.load(Ordering::Relaxed)
     }
 
+    /// Whether the device is dead: its interface left for good.
+    pub fn device_fatal(&self) -> bool {
+        self.async_events.fatal.load(Ordering::Relaxed)
+    }
+
     /// The link said its state may have changed: a change of the port's state raises
-    /// PORT_ACTIVE or PORT_ERR, as rxe does when its netdev comes up or goes down. QPs are
-    /// left as they are (their retries run out if the link stays down).
+    /// PORT_ACTIVE or PORT_ERR, as rxe does when its netdev comes up or goes down, and an
+    /// interface that left raises DEVICE_FATAL once, after PORT_ERR, as rxe's device is
+    /// unregistered with its netdev. QPs are left as they are (their retries run out).
     pub(super) fn check_port(&self) {
         let up = self.io.link.is_up();
         if self.async_events.port_up.swap(up, Ordering::Relaxed) != up {
@@ -72,6 +82,10 @@ impl Shared {
             } else {
                 AsyncEvent::PortErr
             }]);
+        }
+        if self.io.link.is_gone() && !self.async_events.fatal.swap(true, Ordering::Relaxed) {
+            tracing::warn!("the port's interface is gone: the device cannot work again");
+            self.broadcast(&[AsyncEvent::DeviceFatal]);
         }
     }
 

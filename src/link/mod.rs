@@ -110,6 +110,11 @@ pub trait Link: Send + Sync + 'static {
     fn is_up(&self) -> bool {
         true
     }
+    /// Whether the interface left for good (deleted, or moved to another network
+    /// namespace), as of the last [`Link::is_up`]: the link can never carry frames again.
+    fn is_gone(&self) -> bool {
+        false
+    }
     /// The multicast groups (IP addresses) whose frames to the multicast QP the link takes
     /// in from now on, those other processes here send to them included: the groups some
     /// QP of this process is in. An empty set leaves the multicast QP's frames out again.

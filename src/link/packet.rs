@@ -521,6 +521,9 @@ impl Link for PacketLink {
     fn is_up(&self) -> bool {
         self.oper.as_ref().is_none_or(OperState::refresh)
     }
+    fn is_gone(&self) -> bool {
+        self.oper.as_ref().is_some_and(OperState::is_gone)
+    }
     fn qpn_blocks(&self) -> Option<Vec<u16>> {
         self.share.as_ref().map(Share::blocks)
     }

@@ -589,6 +589,14 @@ pub enum AsyncEvent {
     ///
     /// [`PortActive`]: AsyncEvent::PortActive
     PortErr,
+    /// The port's interface left for good (deleted, or moved to another network
+    /// namespace): the device can never carry traffic again and should be closed
+    /// (`IBV_EVENT_DEVICE_FATAL`, as rxe reports when its netdev is unregistered). Raised
+    /// once, after [`PortErr`], like [`PortActive`].
+    ///
+    /// [`PortErr`]: AsyncEvent::PortErr
+    /// [`PortActive`]: AsyncEvent::PortActive
+    DeviceFatal,
 }
 
 #[cfg(test)]
