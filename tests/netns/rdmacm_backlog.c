@@ -27,19 +27,6 @@
 
 #define MAXN 64
 
-/* The next event within `ms` milliseconds, or NULL. */
-static struct rdma_cm_event *next_event(struct rdma_event_channel *ch, int ms)
-{
-	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
-	struct rdma_cm_event *e;
-
-	if (poll(&p, 1, ms) <= 0)
-		return NULL;
-	if (rdma_get_cm_event(ch, &e))
-		return NULL;
-	return e;
-}
-
 /* Reads what the channel holds now: rejects and destroys each request's ID. */
 static int drain_requests(struct rdma_event_channel *ch)
 {
@@ -69,12 +56,7 @@ static int server(const char *host, const char *port, int backlog, int wait1, in
 
 	if (!ch)
 		die("rdma_create_event_channel");
-	if (rdma_create_id(ch, &listen_id, NULL, RDMA_PS_TCP))
-		die("rdma_create_id");
-	if (rdma_bind_addr(listen_id, (struct sockaddr *)&ss))
-		die("rdma_bind_addr");
-	if (rdma_listen(listen_id, backlog))
-		die("rdma_listen");
+	listen_id = listen_on(ch, &ss, backlog);
 	printf("listening\n");
 	fflush(stdout);
 	sleep(wait1);
@@ -85,18 +67,6 @@ static int server(const char *host, const char *port, int backlog, int wait1, in
 	rdma_destroy_id(listen_id);
 	rdma_destroy_event_channel(ch);
 	return 0;
-}
-
-static void expect(struct rdma_event_channel *ch, int kind)
-{
-	struct rdma_cm_event *e = next_event(ch, 5000);
-
-	if (!e || e->event != kind) {
-		fprintf(stderr, "rdmacm_backlog: expected %s, got %s\n", rdma_event_str(kind),
-			e ? rdma_event_str(e->event) : "nothing");
-		exit(1);
-	}
-	rdma_ack_cm_event(e);
 }
 
 static int client(const char *host, const char *port, int count, int wait)
@@ -112,20 +82,8 @@ static int client(const char *host, const char *port, int count, int wait)
 		die("rdma_create_event_channel");
 	if (count < 1 || count > MAXN)
 		count = MAXN;
-	for (i = 0; i < count; i++) {
-		struct rdma_conn_param p = { .qp_num = 0x100 + i, .retry_count = 7 };
-
-		if (rdma_create_id(ch, &ids[i], NULL, RDMA_PS_TCP))
-			die("rdma_create_id");
-		if (rdma_resolve_addr(ids[i], NULL, (struct sockaddr *)&ss, 2000))
-			die("rdma_resolve_addr");
-		expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED);
-		if (rdma_resolve_route(ids[i], 2000))
-			die("rdma_resolve_route");
-		expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED);
-		if (rdma_connect(ids[i], &p))
-			die("rdma_connect");
-	}
+	for (i = 0; i < count; i++)
+		ids[i] = request_to(ch, &ss, 0x100 + i);
 	printf("client sent %d\n", count);
 	fflush(stdout);
 	until = time(NULL) + wait;
