@@ -34,11 +34,14 @@ fn open_failed(name: &str, e: &Error) {
 /// port, which the first holds. A child of fork() opens its own (see [`PerProcess`]).
 static OPEN: PerProcess<(String, WeakContext)> = PerProcess::new();
 
+/// The open device named `name` to share, unless its interface went away (DEVICE_FATAL):
+/// an interface made again under the name is a new device, opened afresh.
 fn shared_open(name: &str) -> Option<Context> {
     OPEN.lock()
         .iter()
         .find(|(n, _)| n == name)
         .and_then(|(_, w)| w.upgrade())
+        .filter(|c| !c.device_fatal())
 }
 
 fn remember_open(name: &str, c: &Context) {

@@ -25,6 +25,9 @@
 #                 (invalid service ID), at once; also with two processes on the interface
 #   no peer       an address nobody answers ARP for: RDMA_CM_EVENT_ADDR_ERROR (-ETIMEDOUT)
 #                 after rping's 2 s address timeout
+#   removal       an interface deleted under IDs on its device: RDMA_CM_EVENT_DEVICE_REMOVAL
+#                 for those bound to it, none for a wildcard listener or an unbound ID;
+#                 the interface made again under its name serves a new listener
 #   tests/netns/rdmacm.sh [FERROCE_BINARY]   (needs root: namespaces, veth)
 # Prints PASS/FAIL lines and "rdmacm: N passed, M failed"; exit 0 iff all pass.
 set -u
@@ -235,6 +238,29 @@ ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 if [ $rc != 0 ] && grep -q "RDMA_CM_EVENT_ADDR_ERROR, error -110" "$out/no-peer.client" && [ $ms -lt 10000 ]; then
   ok no-peer "RDMA_CM_EVENT_ADDR_ERROR, error -110 in $ms ms"
 else ko no-peer "exit $rc after $ms ms" "$out/no-peer.client"; fi
+
+# An interface deleted under rdma_cm IDs, then made again (rdmacm_removal.c says what
+# must happen), on a veth pair of its own in a namespace of its own.
+D=rc-d rm=$out/rdmacm_removal
+mkveth() {
+  ip link add rm-d0 netns $D type veth peer name rm-d1 netns $D
+  ip -n $D addr add 10.95.0.1/24 dev rm-d0
+  ip -n $D link set rm-d0 up; ip -n $D link set rm-d1 up
+}
+# wait_line FILE LINE: until FILE has LINE (at most 20 s).
+wait_line() { for _ in $(seq 1 200); do grep -qx "$2" "$1" && return 0; sleep 0.1; done; return 1; }
+if cc -O1 -Wall -o "$rm" "$here/rdmacm_removal.c" -lrdmacm -libverbs 2>"$out/removal.cc"; then
+  ip netns del $D 2>/dev/null; ip netns add $D; ip -n $D link set lo up; mkveth
+  X $D "$rm" 10.95.0.1 7480 >"$out/removal.log" 2>&1 & rp=$!
+  wait_line "$out/removal.log" ready && ip -n $D link del rm-d0
+  wait_line "$out/removal.log" destroyed && mkveth
+  wait $rp; rc=$?
+  ip netns del $D
+  if [ $rc = 0 ] && grep -qx "L removed" "$out/removal.log" && grep -qx "B removed" "$out/removal.log" &&
+     grep -qx "client rejected" "$out/removal.log"; then
+    ok removal "DEVICE_REMOVAL on the listener and the bound ID, none on the others; a new listener on the interface made again got a request"
+  else ko removal "exit $rc" "$out/removal.log"; fi
+else ko removal "cc failed" "$out/removal.cc"; fi
 
 echo "rdmacm: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -1,5 +1,5 @@
-/* Helpers shared by the rdma_cm test programs here (rdmacm_backlog.c, rdmacm_relisten.c).
- * The including program defines PROG, its name for error messages. */
+/* Helpers shared by the rdma_cm test programs here (rdmacm_backlog.c, rdmacm_relisten.c,
+ * rdmacm_removal.c). The including program defines PROG, its name for error messages. */
 #ifndef RDMACM_UTIL_H
 #define RDMACM_UTIL_H
 

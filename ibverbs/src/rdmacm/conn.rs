@@ -171,6 +171,42 @@ pub(crate) fn stop_listening(dev: Arc<CmDevice>, ud: bool, port: u16) {
     });
 }
 
+/// `dev`'s interface is gone (its device raised DEVICE_FATAL), as when the kernel's
+/// rdma_cm loses a device: each ID bound to it (by address, by a connection through it,
+/// or a listen on it alone) hears RDMA_CM_EVENT_DEVICE_REMOVAL, then nothing more; a
+/// listen on every device (a wildcard address) only stops listening on this one, as the
+/// kernel drops its internal listener there without an event. What the device's CM
+/// listened on is let go at once, so that an interface made again under its name serves
+/// the same ports (nothing can reach the dead one).
+pub(crate) fn device_removed(dev: &Arc<CmDevice>) {
+    let on_dev = |d: &Arc<CmDevice>| Arc::ptr_eq(d, dev);
+    let mut told = 0;
+    for sh in id::all_ids() {
+        let mut st = sh.lock();
+        if !st.alive {
+            continue;
+        }
+        let ud = st.ps == RDMA_PS_UDP;
+        let port = st.src.map_or(0, |a| a.port());
+        if let Some(i) = st.listening.iter().position(on_dev) {
+            let d = st.listening.remove(i);
+            if ud {
+                d.cm.unlisten_ud(port);
+            } else {
+                d.cm.unlisten(port);
+            }
+        }
+        if st.dev.as_ref().is_some_and(on_dev) && !st.removed {
+            let e = Event::new(RDMA_CM_EVENT_DEVICE_REMOVAL, sh.me, 0);
+            told += usize::from(sh.post_locked(&st, e));
+            st.removed = true;
+        }
+    }
+    // Lingering listens on the dead device have nothing left to take over.
+    listeners().retain(|(k, _)| k.0 != dev.name);
+    tracing::info!(dev = %dev.name, ids = told, "rdma_cm device removed");
+}
+
 fn current_in(l: &[(ListenKey, Weak<Shared>)], key: &ListenKey) -> Option<Arc<Shared>> {
     l.iter()
         .find(|(k, _)| k == key)
@@ -202,7 +238,8 @@ fn current(key: &ListenKey) -> Option<Arc<Shared>> {
 /// the listening ID `sh` lives.
 fn listener(sh: Arc<Shared>, dev: Arc<CmDevice>, port: u16, ud: bool) {
     let key = (dev.name.clone(), ud, port);
-    while sh.lock().alive {
+    // Until the ID goes, or the device (`device_removed`).
+    while sh.lock().alive && !dev.removed.load(std::sync::atomic::Ordering::Relaxed) {
         let pending = if ud {
             dev.cm
                 .get_ud_request(port, LISTEN_POLL)

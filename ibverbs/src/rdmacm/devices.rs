@@ -1,14 +1,18 @@
 //! The devices rdma_cm IDs bind to: each opened once per process, with its connection
 //! manager (QP1), on first use. They stay open until the process ends, as rdma_cm keeps
-//! its device contexts.
+//! its device contexts, or until their interface goes away: then the IDs on the device
+//! hear RDMA_CM_EVENT_DEVICE_REMOVAL (see `super::device_removed`), and the device is
+//! forgotten here, so that an interface made again under its name is opened afresh.
 
 use std::ffi::c_int;
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 
 use ferroce::cm::ConnectionManager;
 use ferroce::net::gid::gid_of;
-use ferroce::verbs::Device;
+use ferroce::verbs::{AsyncEventSink, Device};
+use ferroce_transport::AsyncEvent;
 
 use crate::context::ctx_of;
 use crate::device::device_for;
@@ -25,6 +29,39 @@ pub(crate) struct CmDevice {
     /// finds the context through `cm_id->pd`).
     pd: usize,
     pub cm: ConnectionManager,
+    /// Hears the device's DEVICE_FATAL (subscribed weakly, so held here).
+    _removal: Arc<dyn AsyncEventSink>,
+    /// Its interface is gone (set once, before its IDs hear of it).
+    pub removed: AtomicBool,
+}
+
+/// Turns a device's DEVICE_FATAL (its interface left) into its removal from rdma_cm.
+struct Removal {
+    dev: Weak<CmDevice>,
+}
+
+impl AsyncEventSink for Removal {
+    fn async_event(&self, event: AsyncEvent) {
+        if event != AsyncEvent::DeviceFatal {
+            return;
+        }
+        // Called by the driver thread, perhaps with the endpoint locked, where an ID's
+        // lock must not be taken (it comes before the endpoint's): the IDs hear it from
+        // a thread of its own.
+        let dev = self.dev.clone();
+        let spawned = std::thread::Builder::new()
+            .name("ferroce-rdma-removal".into())
+            .spawn(move || {
+                if let Some(d) = dev.upgrade() {
+                    d.removed.store(true, Ordering::Relaxed);
+                    forget(&d);
+                    super::device_removed(&d);
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(%e, "no thread for a device removal: its IDs hear nothing");
+        }
+    }
 }
 
 impl CmDevice {
@@ -59,14 +96,27 @@ fn open(d: &Device) -> Result<Arc<CmDevice>, c_int> {
     if pd.is_null() {
         return Err(libc::ENOMEM);
     }
-    let o = Arc::new(CmDevice {
+    let o = Arc::new_cyclic(|me| CmDevice {
         name: d.name().to_string(),
         ctx: verbs as usize,
         pd: pd as usize,
         cm,
+        _removal: Arc::new(Removal { dev: me.clone() }),
+        removed: AtomicBool::new(false),
     });
+    c.inner.subscribe_async_events(&o._removal);
+    if c.inner.device_fatal() {
+        // Gone before the subscription: nothing would tell.
+        o._removal.async_event(AsyncEvent::DeviceFatal);
+    }
     open.push(o.clone());
     Ok(o)
+}
+
+/// Forgets `dev` (its interface is gone): the next ID on an interface of its name opens
+/// that one.
+fn forget(dev: &Arc<CmDevice>) {
+    OPEN.lock().retain(|o| !Arc::ptr_eq(o, dev));
 }
 
 /// The device that holds address `ip` (ENODEV: none does).

@@ -2,7 +2,7 @@
 
 use std::ffi::{c_int, c_void};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use ferroce::cm::{Request, UdRequest};
 use ferroce_transport::cm::CommId;
@@ -13,6 +13,7 @@ use crate::ffi::cma_h::*;
 use crate::ffi::*;
 use crate::guard::{catch, set_errno};
 use crate::handles::{self, Kind};
+use crate::per_process::PerProcess;
 
 /// An ID as C sees it.
 #[repr(C)]
@@ -90,6 +91,9 @@ pub(crate) struct St {
     pub ack_timeout: Option<u8>,
     /// The multicast groups it joined.
     pub groups: Vec<Group>,
+    /// RDMA_CM_EVENT_DEVICE_REMOVAL was posted: its device is gone, and as from the
+    /// kernel's rdma_cm no event about it follows (the program is to destroy it).
+    pub removed: bool,
 }
 
 impl St {
@@ -149,7 +153,7 @@ impl Shared {
     }
 
     pub(crate) fn post_locked(&self, st: &St, mut e: Event) -> bool {
-        if !st.alive {
+        if !st.alive || st.removed {
             return false;
         }
         e.unacked = Some(self.unacked.clone());
@@ -233,6 +237,28 @@ pub(crate) fn last_errno() -> c_int {
         .unwrap_or(libc::EIO)
 }
 
+/// Every ID of this process, for a device's removal to find those on it (held weakly: an
+/// ID's `Shared` goes with it, and entries of destroyed IDs are pruned as IDs are made).
+/// A child of fork() starts with none, as with the devices (see [`PerProcess`]).
+static IDS: PerProcess<Weak<Shared>> = PerProcess::new();
+
+fn remember(sh: &Arc<Shared>) {
+    let mut ids = IDS.lock();
+    // Pruned each time its length reaches a power of two from 64: it stays under twice
+    // the most IDs alive at once (or 64), for a cost spread over the IDs made.
+    if ids.len() >= 64 && ids.len().is_power_of_two() {
+        ids.retain(|w| w.strong_count() > 0);
+    }
+    ids.push(Arc::downgrade(sh));
+}
+
+/// The IDs of this process not yet destroyed.
+pub(crate) fn all_ids() -> Vec<Arc<Shared>> {
+    let mut ids = IDS.lock();
+    ids.retain(|w| w.strong_count() > 0);
+    ids.iter().filter_map(Weak::upgrade).collect()
+}
+
 /// The ID behind `p`, if live.
 pub(crate) fn id_of(p: *const rdma_cm_id) -> Option<&'static Id> {
     // SAFETY: live (checked), freed only by rdma_destroy_id.
@@ -279,6 +305,7 @@ pub(crate) fn create(
             awaiting_establish: false,
             ack_timeout: None,
             groups: Vec::new(),
+            removed: false,
         }),
     });
     let p = handles::insert(
@@ -292,6 +319,7 @@ pub(crate) fn create(
     let id = unsafe { &mut *p };
     // `me` is set before any thread can see the Arc.
     Arc::get_mut(&mut id.shared).expect("not shared yet").me = p as usize;
+    remember(&id.shared);
     tracing::debug!(id = ?p, ps, "rdma_create_id");
     p
 }

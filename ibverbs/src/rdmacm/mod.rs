@@ -26,6 +26,13 @@ mod qp;
 #[cfg(test)]
 mod tests;
 
+/// A device's interface went away: the connections on it hear of it
+/// (`conn::device_removed`). The device (`devices`) raises it, and `conn`, which acts on
+/// it, uses `devices`: the call goes through here, above both.
+fn device_removed(dev: &std::sync::Arc<devices::CmDevice>) {
+    conn::device_removed(dev);
+}
+
 crate::exports::versioned! {
     rdma_accept @ "RDMACM_1.0";
     rdma_ack_cm_event @ "RDMACM_1.0";
