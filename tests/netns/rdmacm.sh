@@ -27,7 +27,8 @@
 #                 after rping's 2 s address timeout
 #   removal       an interface deleted under IDs on its device: RDMA_CM_EVENT_DEVICE_REMOVAL
 #                 for those bound to it, none for a wildcard listener or an unbound ID;
-#                 the interface made again under its name serves a new listener
+#                 the interface made again under its name serves a new listener, and
+#                 the wildcard listener takes it in
 #   tests/netns/rdmacm.sh [FERROCE_BINARY]   (needs root: namespaces, veth)
 # Prints PASS/FAIL lines and "rdmacm: N passed, M failed"; exit 0 iff all pass.
 set -u
@@ -257,8 +258,8 @@ if cc -O1 -Wall -o "$rm" "$here/rdmacm_removal.c" -lrdmacm -libverbs 2>"$out/rem
   wait $rp; rc=$?
   ip netns del $D
   if [ $rc = 0 ] && grep -qx "L removed" "$out/removal.log" && grep -qx "B removed" "$out/removal.log" &&
-     grep -qx "client rejected" "$out/removal.log"; then
-    ok removal "DEVICE_REMOVAL on the listener and the bound ID, none on the others; a new listener on the interface made again got a request"
+     grep -qx "client rejected" "$out/removal.log" && grep -q "^wildcard got the request" "$out/removal.log"; then
+    ok removal "DEVICE_REMOVAL on the listener and the bound ID, none on the others; on the interface made again a new listener got a request, and the wildcard one $(grep -o 'after .*' "$out/removal.log")"
   else ko removal "exit $rc" "$out/removal.log"; fi
 else ko removal "cc failed" "$out/removal.cc"; fi
 

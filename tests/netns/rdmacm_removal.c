@@ -11,6 +11,9 @@
  *     bound again (its interface made again), listens on ADDR:PORT once more and sends
  *     that listener a connect request from a new ID: the listener must get it ("server
  *     got the request"), and its rejection must reach the client ("client rejected").
+ *     W, listening on every device, must take in the interface made again: a request to
+ *     ADDR:PORT+1 reaches it within 5 s ("wildcard got the request after N refused":
+ *     until then, those sent are refused as no listener's).
  *
  * Exit status 0 unless a call failed or an event was missing or unexpected. */
 #include <stdio.h>
@@ -33,7 +36,7 @@ int main(int argc, char **argv)
 {
 	struct rdma_event_channel *ch, *cch;
 	struct rdma_cm_id *l, *w, *b, *i, *client, *request;
-	struct sockaddr_storage ss, any, bound;
+	struct sockaddr_storage ss, any, bound, wss;
 	struct rdma_cm_event *e;
 	char wport[16];
 	int removed_l = 0, removed_b = 0, tries;
@@ -106,6 +109,38 @@ int main(int argc, char **argv)
 		die("rdma_reject");
 	expect(cch, RDMA_CM_EVENT_REJECTED, NULL, NULL);
 	say("client rejected");
+	rdma_destroy_id(request);
+	rdma_destroy_id(client);
+
+	wss = addr_of(argv[1], wport);
+	for (tries = 0;; tries++) {
+		int status;
+
+		client = request_to(cch, &wss, 0x124);
+		e = next_event(ch, 500);
+		if (e && e->event == RDMA_CM_EVENT_CONNECT_REQUEST && e->listen_id == w) {
+			request = e->id;
+			rdma_ack_cm_event(e);
+			break;
+		}
+		if (e) {
+			fprintf(stderr, PROG ": unexpected %s on the listener's channel\n",
+				rdma_event_str(e->event));
+			return 1;
+		}
+		expect(cch, RDMA_CM_EVENT_REJECTED, &status, NULL);
+		rdma_destroy_id(client);
+		if (tries == 10) {
+			fprintf(stderr, PROG ": the wildcard listener never got a request (status %d)\n",
+				status);
+			return 1;
+		}
+	}
+	printf("wildcard got the request after %d refused\n", tries);
+	fflush(stdout);
+	if (rdma_reject(request, NULL, 0))
+		die("rdma_reject");
+	expect(cch, RDMA_CM_EVENT_REJECTED, NULL, NULL);
 	rdma_destroy_id(request);
 	rdma_destroy_id(client);
 	rdma_destroy_id(l);

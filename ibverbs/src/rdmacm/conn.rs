@@ -75,18 +75,7 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
         {
             let mut l = listeners();
             for d in &devs {
-                let key = (d.name.clone(), ud, port);
-                // A port this process still listens on (lingering) is taken over; else
-                // the CM listens, which refuses a port another process holds there
-                // (`ferroce::cm::ports`) as well as one this process listens on.
-                let taken = if take_over(&mut l, &key) {
-                    Ok(())
-                } else if ud {
-                    d.cm.listen_ud(port)
-                } else {
-                    d.cm.listen(port)
-                };
-                if let Err(e) = taken {
+                if let Err(e) = listen_device(&mut l, &sh, d, ud, port) {
                     tracing::info!(dev = %d.name, port, %e, "rdma_listen refused");
                     // The hold's own errno where its socket could not be made (EMFILE);
                     // else the port is taken.
@@ -100,17 +89,96 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
                     }
                     return Err(errno);
                 }
-                record_listen(&mut l, key, Arc::downgrade(&sh));
                 st.listening.push(d.clone());
             }
         }
+        let wildcard = st.dev.is_none();
         drop(st);
         for d in devs {
             let sh = sh.clone();
             spawn("ferroce-rdma-listen", move || listener(sh, d, port, ud))?;
         }
+        if wildcard {
+            spawn("ferroce-rdma-devices", move || watch_devices(sh, port, ud))?;
+        }
         Ok(())
     })
+}
+
+/// Listens on `port` on `d` for the listening ID `sh`: a port this process still listens
+/// on there (lingering) is taken over; else the CM listens, which refuses a port another
+/// process holds there (`ferroce::cm::ports`) as well as one this process listens on.
+fn listen_device(
+    l: &mut Vec<(ListenKey, Weak<Shared>)>,
+    sh: &Arc<Shared>,
+    d: &CmDevice,
+    ud: bool,
+    port: u16,
+) -> Result<(), CmFailure> {
+    let key = (d.name.clone(), ud, port);
+    if !take_over(l, &key) {
+        if ud {
+            d.cm.listen_ud(port)?;
+        } else {
+            d.cm.listen(port)?;
+        }
+    }
+    record_listen(l, key, Arc::downgrade(sh));
+    Ok(())
+}
+
+/// How often a listen on every device looks for new ones.
+const DEVICE_POLL: Duration = Duration::from_secs(1);
+
+/// A listen on every device (a wildcard address) takes in the devices that appear after
+/// it (an interface made, or moved into the namespace), as the kernel's rdma_cm listens
+/// on each device as it is added, until the ID goes. Each interface is tried once (a
+/// device that does not open, or whose port another process holds, is not asked again
+/// every second); one made again under a name has a new index, and is tried again.
+fn watch_devices(sh: Arc<Shared>, port: u16, ud: bool) {
+    let listed = || -> Vec<(String, u32)> {
+        ferroce::verbs::Device::list()
+            .iter()
+            .map(|d| (d.name().to_owned(), d.interface().index))
+            .collect()
+    };
+    let mut seen = listed();
+    loop {
+        let until = std::time::Instant::now() + DEVICE_POLL;
+        while std::time::Instant::now() < until {
+            if !sh.lock().alive {
+                return;
+            }
+            std::thread::sleep(LISTEN_POLL);
+        }
+        let now = listed();
+        for (name, _) in now.iter().filter(|n| !seen.contains(n)) {
+            let Ok(d) = devices::by_name(name) else {
+                continue;
+            };
+            let mut st = sh.lock();
+            if !st.alive {
+                return;
+            }
+            if st.listening.iter().any(|x| Arc::ptr_eq(x, &d)) {
+                continue;
+            }
+            let mut l = listeners();
+            if let Err(e) = listen_device(&mut l, &sh, &d, ud, port) {
+                tracing::info!(dev = %d.name, port, %e, "a new device's listen refused");
+                continue;
+            }
+            drop(l);
+            st.listening.push(d.clone());
+            drop(st);
+            tracing::info!(dev = %d.name, port, "a wildcard listen takes in a new device");
+            let sh = sh.clone();
+            if spawn("ferroce-rdma-listen", move || listener(sh, d, port, ud)).is_err() {
+                tracing::warn!(port, "no thread for a new device's listen");
+            }
+        }
+        seen = now;
+    }
 }
 
 /// The listening ID of each (device, UDP port space?, port): a request goes to the one

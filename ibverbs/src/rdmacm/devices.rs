@@ -23,6 +23,8 @@ use crate::per_process::PerProcess;
 /// An open device and its connection manager.
 pub(crate) struct CmDevice {
     pub name: String,
+    /// Its interface's index.
+    index: u32,
     /// The `ibv_context *` programs see as `cm_id->verbs`.
     ctx: usize,
     /// The device's PD, every ID's `pd` on it (as rdma_cm gives each device one; UCX
@@ -80,7 +82,10 @@ static OPEN: PerProcess<Arc<CmDevice>> = PerProcess::new();
 /// The device named `name`, opened (with its CM) on first use.
 fn open(d: &Device) -> Result<Arc<CmDevice>, c_int> {
     let mut open = OPEN.lock();
-    if let Some(o) = open.iter().find(|o| o.name == d.name()) {
+    // By index too: an interface made again under a name is another device, even before
+    // the old one's removal ran.
+    let index = d.interface().index;
+    if let Some(o) = open.iter().find(|o| o.name == d.name() && o.index == index) {
         return Ok(o.clone());
     }
     // SAFETY: `device_for` gives a live `ibv_device` of this library (never freed).
@@ -98,6 +103,7 @@ fn open(d: &Device) -> Result<Arc<CmDevice>, c_int> {
     }
     let o = Arc::new_cyclic(|me| CmDevice {
         name: d.name().to_string(),
+        index,
         ctx: verbs as usize,
         pd: pd as usize,
         cm,
@@ -127,6 +133,11 @@ pub(crate) fn with_address(ip: IpAddr) -> Result<Arc<CmDevice>, c_int> {
         .find(|d| d.gids().index_of(gid).is_some())
         .ok_or(libc::ENODEV)?;
     open(&d)
+}
+
+/// The device named `name`, opened on first use (ENODEV: no such device).
+pub(crate) fn by_name(name: &str) -> Result<Arc<CmDevice>, c_int> {
+    open(&Device::by_name(name).map_err(|_| libc::ENODEV)?)
 }
 
 /// Every device (a wildcard listen): those that open.
