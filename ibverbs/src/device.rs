@@ -2,6 +2,7 @@
 //! interface (as `ferroce devices` lists them).
 
 use std::ffi::{c_char, c_int, CStr};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use ferroce::verbs::Device;
@@ -14,8 +15,18 @@ use crate::guard::{catch, null_with};
 #[repr(C)]
 pub(crate) struct Dev {
     pub ibv: ibv_device,
-    pub guid: u64,
-    pub ifindex: u32,
+    /// The node GUID and interface index of the interface now under the name (an
+    /// interface made again under it has a new index), updated at each listing while
+    /// other threads may read them: atomics.
+    pub guid: AtomicU64,
+    pub ifindex: AtomicU32,
+}
+
+impl Dev {
+    /// The index of the interface under its name, as of the last listing.
+    pub(crate) fn ifindex(&self) -> u32 {
+        self.ifindex.load(Ordering::Relaxed)
+    }
 }
 
 // SAFETY: the C struct holds no pointers that are used from Rust; everything is plain data.
@@ -37,9 +48,10 @@ fn copy_str(dst: &mut [c_char], s: &str) {
 /// The `ibv_device` for `d`, made on first sight.
 pub(crate) fn device_for(d: &Device) -> *mut ibv_device {
     let mut all = DEVICES.lock().unwrap_or_else(PoisonError::into_inner);
-    let found = all.iter_mut().find(|x| name_of(&x.ibv) == d.name());
-    let dev = match found {
-        Some(x) => x,
+    // Shared references only: other threads may hold this device (`dev_of`).
+    let found = all.iter().position(|x| name_of(&x.ibv) == d.name());
+    let dev: &Dev = match found {
+        Some(i) => &all[i],
         None => {
             // SAFETY: ibv_device is plain C data; all-zero is a valid value of it.
             let mut ibv: ibv_device = unsafe { std::mem::zeroed() };
@@ -54,14 +66,16 @@ pub(crate) fn device_for(d: &Device) -> *mut ibv_device {
             );
             all.push(Box::new(Dev {
                 ibv,
-                guid: d.node_guid(),
-                ifindex: d.interface().index,
+                guid: AtomicU64::new(d.node_guid()),
+                ifindex: AtomicU32::new(d.interface().index),
             }));
-            all.last_mut().expect("just pushed")
+            all.last().expect("just pushed")
         }
     };
-    dev.guid = d.node_guid();
-    &mut dev.ibv as *mut ibv_device
+    dev.guid.store(d.node_guid(), Ordering::Relaxed);
+    dev.ifindex.store(d.interface().index, Ordering::Relaxed);
+    // C takes `ibv_device *` (not const) and writes nothing through it.
+    std::ptr::from_ref(&dev.ibv).cast_mut()
 }
 
 fn name_of(d: &ibv_device) -> String {
@@ -124,10 +138,10 @@ pub unsafe extern "C" fn ibv_get_device_name(device: *mut ibv_device) -> *const 
 
 #[export_name = "__ferroce_ibv_get_device_guid"]
 pub unsafe extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> __be64 {
-    dev_of(device).map_or(0, |d| d.guid.to_be())
+    dev_of(device).map_or(0, |d| d.guid.load(Ordering::Relaxed).to_be())
 }
 
 #[export_name = "__ferroce_ibv_get_device_index"]
 pub unsafe extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> c_int {
-    dev_of(device).map_or(-1, |d| d.ifindex as c_int)
+    dev_of(device).map_or(-1, |d| d.ifindex() as c_int)
 }

@@ -32,22 +32,24 @@ fn open_failed(name: &str, e: &Error) {
 /// (a client and a server in one test program) shares the first one's driver, as
 /// contexts of one kernel device share it, instead of failing on the interface's UDP
 /// port, which the first holds. A child of fork() opens its own (see [`PerProcess`]).
-static OPEN: PerProcess<(String, WeakContext)> = PerProcess::new();
+/// Each entry is the interface's name and index: an interface made again under a name
+/// (a new index) is a new device, opened afresh, as is one whose interface went away
+/// (DEVICE_FATAL) and is still listed under its old index.
+static OPEN: PerProcess<(String, u32, WeakContext)> = PerProcess::new();
 
-/// The open device named `name` to share, unless its interface went away (DEVICE_FATAL):
-/// an interface made again under the name is a new device, opened afresh.
-fn shared_open(name: &str) -> Option<Context> {
+/// The open device to share for interface `name` with index `index`, if any.
+fn shared_open(name: &str, index: u32) -> Option<Context> {
     OPEN.lock()
         .iter()
-        .find(|(n, _)| n == name)
-        .and_then(|(_, w)| w.upgrade())
+        .find(|(n, i, _)| n == name && *i == index)
+        .and_then(|(_, _, w)| w.upgrade())
         .filter(|c| !c.device_fatal())
 }
 
-fn remember_open(name: &str, c: &Context) {
+fn remember_open(name: &str, index: u32, c: &Context) {
     let mut open = OPEN.lock();
-    open.retain(|(n, w)| n != name && w.upgrade().is_some());
-    open.push((name.to_string(), c.downgrade()));
+    open.retain(|(n, _, w)| n != name && w.upgrade().is_some());
+    open.push((name.to_string(), index, c.downgrade()));
 }
 
 #[export_name = "__ferroce_ibv_open_device"]
@@ -57,12 +59,18 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
             return null_with(libc::EINVAL);
         };
         let name = device_name(dev);
-        let opened = match shared_open(&name) {
+        // The interface under the name now (the device pointer may be from an older
+        // listing).
+        let current = Device::by_name(&name);
+        let index = current
+            .as_ref()
+            .map_or(dev.ifindex(), |d| d.interface().index);
+        let opened = match shared_open(&name, index) {
             Some(c) => Ok(c),
-            None => Device::by_name(&name).and_then(|d| d.open()),
+            None => current.and_then(|d| d.open()),
         };
         if let Ok(c) = &opened {
-            remember_open(&name, c);
+            remember_open(&name, index, c);
         }
         let inner = match opened {
             Ok(c) => c,

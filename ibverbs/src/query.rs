@@ -243,7 +243,7 @@ fn gid_entry(c: &Ctx, index: usize) -> Option<ibv_gid_entry> {
         gid_index: index as u32,
         port_num: 1,
         gid_type: IBV_GID_TYPE_ROCE_V2,
-        ndev_ifindex: crate::device::dev_of(c.vctx.context.device).map_or(0, |d| d.ifindex),
+        ndev_ifindex: crate::device::dev_of(c.vctx.context.device).map_or(0, |d| d.ifindex()),
     })
 }
 
