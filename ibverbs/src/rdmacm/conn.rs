@@ -115,7 +115,7 @@ fn listen_device(
     ud: bool,
     port: u16,
 ) -> Result<(), CmFailure> {
-    let key = (d.name.clone(), ud, port);
+    let key = key_of(d, ud, port);
     if !take_over(l, &key) {
         if ud {
             d.cm.listen_ud(port)?;
@@ -184,8 +184,13 @@ fn watch_devices(sh: Arc<Shared>, port: u16, ud: bool) {
 /// The listening ID of each (device, UDP port space?, port): a request goes to the one
 /// listening when it is taken, whichever thread takes it (an ID destroyed and made again
 /// on the same port, as perftest does between its two connections, leaves its thread
-/// running for up to `LISTEN_POLL`).
-type ListenKey = (String, bool, u16);
+/// running for up to `LISTEN_POLL`). A device is its interface's name and index: one made
+/// again under a name is another (see `device_removed`).
+type ListenKey = (String, u32, bool, u16);
+
+fn key_of(d: &CmDevice, ud: bool, port: u16) -> ListenKey {
+    (d.name.clone(), d.index, ud, port)
+}
 /// A child of fork() starts with none (see [`PerProcess`]): its parent's listen in the
 /// parent only.
 static LISTENERS: PerProcess<(ListenKey, Weak<Shared>)> = PerProcess::new();
@@ -220,7 +225,7 @@ fn take_over(l: &mut [(ListenKey, Weak<Shared>)], key: &ListenKey) -> bool {
 /// Then, if no ID listens on it, the requests still queued are refused. The port stays
 /// held from other processes as long (the CM holds what it listens on).
 pub(crate) fn stop_listening(dev: Arc<CmDevice>, ud: bool, port: u16) {
-    let key = (dev.name.clone(), ud, port);
+    let key = key_of(&dev, ud, port);
     let unlisten = move || {
         let mut l = listeners();
         if current_in(&l, &key).is_some() {
@@ -270,8 +275,9 @@ pub(crate) fn device_removed(dev: &Arc<CmDevice>) {
             st.removed = true;
         }
     }
-    // Lingering listens on the dead device have nothing left to take over.
-    listeners().retain(|(k, _)| k.0 != dev.name);
+    // Lingering listens on the dead device have nothing left to take over (those of an
+    // interface already made again under its name have another index).
+    listeners().retain(|(k, _)| (&k.0, k.1) != (&dev.name, dev.index));
     tracing::info!(dev = %dev.name, ids = told, "rdma_cm device removed");
 }
 
@@ -305,7 +311,7 @@ fn current(key: &ListenKey) -> Option<Arc<Shared>> {
 /// Turns the requests for `port` on `dev` into new IDs and CONNECT_REQUEST events, while
 /// the listening ID `sh` lives.
 fn listener(sh: Arc<Shared>, dev: Arc<CmDevice>, port: u16, ud: bool) {
-    let key = (dev.name.clone(), ud, port);
+    let key = key_of(&dev, ud, port);
     // Until the ID goes, or the device (`device_removed`).
     while sh.lock().alive && !dev.removed.load(std::sync::atomic::Ordering::Relaxed) {
         let pending = if ud {
@@ -913,8 +919,8 @@ mod listen_table_tests {
     /// still takes it over instead of asking the CM again (which says EADDRINUSE).
     #[test]
     fn a_listen_keeps_other_keys_lingering() {
-        let a: ListenKey = ("vethP".into(), false, 18602);
-        let b: ListenKey = ("lo".into(), false, 18602);
+        let a: ListenKey = ("vethP".into(), 7, false, 18602);
+        let b: ListenKey = ("lo".into(), 1, false, 18602);
         // Both IDs gone, their threads ended: dead weak references, ports lingering.
         let mut l = vec![(a.clone(), Weak::new()), (b.clone(), Weak::new())];
         assert!(take_over(&mut l, &a) && take_over(&mut l, &b));

@@ -24,7 +24,7 @@ use crate::per_process::PerProcess;
 pub(crate) struct CmDevice {
     pub name: String,
     /// Its interface's index.
-    index: u32,
+    pub index: u32,
     /// The `ibv_context *` programs see as `cm_id->verbs`.
     ctx: usize,
     /// The device's PD, every ID's `pd` on it (as rdma_cm gives each device one; UCX
