@@ -127,6 +127,15 @@ fn listen_device(
     Ok(())
 }
 
+/// The CM of `d` stops listening on `port` (what [`listen_device`] began).
+fn unlisten_device(d: &CmDevice, ud: bool, port: u16) {
+    if ud {
+        d.cm.unlisten_ud(port);
+    } else {
+        d.cm.unlisten(port);
+    }
+}
+
 /// How often a listen on every device looks for new ones.
 const DEVICE_POLL: Duration = Duration::from_secs(1);
 
@@ -142,7 +151,9 @@ fn watch_devices(sh: Arc<Shared>, port: u16, ud: bool) {
             .map(|d| (d.name().to_owned(), d.interface().index))
             .collect()
     };
-    let mut seen = listed();
+    // Nothing seen yet: a device that appeared between `rdma_listen`'s listing and this
+    // thread's first is taken in too; those listened on already are passed over.
+    let mut seen: Vec<(String, u32)> = Vec::new();
     loop {
         let until = std::time::Instant::now() + DEVICE_POLL;
         while std::time::Instant::now() < until {
@@ -152,7 +163,15 @@ fn watch_devices(sh: Arc<Shared>, port: u16, ud: bool) {
             std::thread::sleep(LISTEN_POLL);
         }
         let now = listed();
-        for (name, _) in now.iter().filter(|n| !seen.contains(n)) {
+        for (name, index) in now.iter().filter(|n| !seen.contains(n)) {
+            let on = |st: &id::St| {
+                st.listening
+                    .iter()
+                    .any(|d| d.name == *name && d.index == *index)
+            };
+            if on(&sh.lock()) {
+                continue;
+            }
             let Ok(d) = devices::by_name(name) else {
                 continue;
             };
@@ -160,7 +179,7 @@ fn watch_devices(sh: Arc<Shared>, port: u16, ud: bool) {
             if !st.alive {
                 return;
             }
-            if st.listening.iter().any(|x| Arc::ptr_eq(x, &d)) {
+            if on(&st) || d.index != *index {
                 continue;
             }
             let mut l = listeners();
@@ -232,11 +251,7 @@ pub(crate) fn stop_listening(dev: Arc<CmDevice>, ud: bool, port: u16) {
             return; // taken over
         }
         l.retain(|(k, _)| *k != key);
-        if ud {
-            dev.cm.unlisten_ud(port);
-        } else {
-            dev.cm.unlisten(port);
-        }
+        unlisten_device(&dev, ud, port);
     };
     let _ = spawn("ferroce-rdma-linger", move || {
         std::thread::sleep(LINGER);
@@ -262,12 +277,7 @@ pub(crate) fn device_removed(dev: &Arc<CmDevice>) {
         let ud = st.ps == RDMA_PS_UDP;
         let port = st.src.map_or(0, |a| a.port());
         if let Some(i) = st.listening.iter().position(on_dev) {
-            let d = st.listening.remove(i);
-            if ud {
-                d.cm.unlisten_ud(port);
-            } else {
-                d.cm.unlisten(port);
-            }
+            unlisten_device(&st.listening.remove(i), ud, port);
         }
         if st.dev.as_ref().is_some_and(on_dev) && !st.removed {
             let e = Event::new(RDMA_CM_EVENT_DEVICE_REMOVAL, sh.me, 0);
