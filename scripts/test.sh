@@ -49,9 +49,9 @@ fi
 # environment tests the profile as shipped instead.
 export CARGO_PROFILE_RELEASE_LTO=${CARGO_PROFILE_RELEASE_LTO:-off}
 echo "[test] release builds with CARGO_PROFILE_RELEASE_LTO=$CARGO_PROFILE_RELEASE_LTO"
-echo "[test] cargo fmt --check"
+echo "[test] cargo fmt --check (at $SECONDS s)"
 cargo fmt --all -- --check
-echo "[test] cargo clippy"
+echo "[test] cargo clippy (at $SECONDS s)"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 log=$(mktemp)
@@ -61,7 +61,7 @@ passed=0 failed=0 rc=0
 # counts; a run that fails without a failed test (a build error) counts as one failure.
 cargo_test() {
   local label=$1; shift
-  echo "[test] cargo test $* ($label)"
+  echo "[test] cargo test $* ($label, at $SECONDS s)"
   set +e
   cargo test "$@" 2>&1 | tee "$log"
   local r=${PIPESTATUS[0]}
@@ -83,7 +83,7 @@ cargo_test debug --workspace --no-fail-fast
 # System tests (network namespaces, Linux rxe interop) need root; FERROCE_SKIP_SYSTEM=1
 # leaves them out on a machine where they cannot run.
 if [ -z "${FERROCE_SKIP_SYSTEM:-}" ]; then
-  echo "[test] system tests (tests/system.sh)"
+  echo "[test] system tests (tests/system.sh, at $SECONDS s)"
   set +e
   tests/system.sh "${FERROCE_SYSTEM_MODE:-full}" 2>&1 | tee "$log"
   src=${PIPESTATUS[0]}
@@ -94,5 +94,6 @@ if [ -z "${FERROCE_SKIP_SYSTEM:-}" ]; then
   [ "$src" = 0 ] || rc=1
 fi
 echo
+echo "[test] done in $SECONDS s"
 echo "tests: $passed passed, $failed failed"
 exit "$rc"

@@ -56,6 +56,10 @@ rm -rf "$out"; mkdir -p "$out"
 bin=${CARGO_TARGET_DIR:-$root/target}/release/ferroce
 "$here/interop/rxe-vm/build.sh" >"$out/build.log" 2>&1 || { cat "$out/build.log"; exit 1; }
 
+# Each step's header, with the seconds since this script began (CI's time limit is tight on
+# hosts that run the VM under TCG; this says where the time goes).
+step() { echo "[system] $* (at $SECONDS s)"; }
+
 host_has_netem() {
   ip link add fer-q0 type veth peer name fer-q1 2>/dev/null || return 1
   tc qdisc add dev fer-q0 root netem loss 1% 2>/dev/null; local r=$?
@@ -71,7 +75,7 @@ host_has_rxe() { modprobe rdma_rxe 2>/dev/null && [ -d /sys/module/rdma_rxe ]; }
 
 # The Rust tests that the plain `cargo test` leaves out (#[ignore = "needs root ..."]):
 # one PASS/FAIL line each, counted with the rest. Doc tests are left out (--tests).
-echo "[system] Rust tests marked #[ignore] (root, an interface): cargo test -- --ignored"
+step "Rust tests marked #[ignore] (root, an interface): cargo test -- --ignored"
 (cd "$root" && cargo test --workspace --release --tests -- --ignored) >"$out/rust-ignored.log" 2>&1
 rrc=$?
 sed -n 's/^test \(.*\) \.\.\. ok$/PASS rust \1/p; s/^test \(.*\) \.\.\. FAILED$/FAIL rust \1/p' \
@@ -84,14 +88,14 @@ fi
 
 vm_parts=""
 if host_has_netem; then
-  echo "[system] netns tests on this host"
+  step "netns tests on this host"
   OUT=$out bash "$here/netns/run.sh" "$bin" | tee "$out/netns.txt"
 else
-  echo "[system] this kernel has no netem: netns tests go to the VM"; vm_parts="netns"
+  step "this kernel has no netem: netns tests go to the VM"; vm_parts="netns"
 fi
 # Plain veth, no netem: always on this host. The library is built here, not above, so that
 # a library that does not build fails this part only.
-echo "[system] libibverbs tests on this host"
+step "libibverbs tests on this host"
 # The interop part runs its programs on a copy of the library built here (FERROCE_LIBDIR),
 # wherever it runs: the VM sees this host's / read-only, where `ferroce exec` could not make
 # its ferroce-lib/ symlink, and a later rebuild of target/release cannot change what is
@@ -101,37 +105,37 @@ if (cd "$root" && cargo build --release --quiet -p ferroce-ibverbs --lib); then
   cp "$(dirname "$bin")/libibverbs.so" "$libdir/libibverbs.so.1"
   ln -sf libibverbs.so.1 "$libdir/librdmacm.so.1"   # one library, both names
   OUT=$out bash "$here/netns/libibverbs.sh" "$bin" | tee "$out/libibverbs.txt"
-  echo "[system] UCX's ucx_info and ucx_perftest on ferroce's libibverbs"
+  step "UCX's ucx_info and ucx_perftest on ferroce's libibverbs"
   OUT=$out bash "$here/netns/ucx.sh" "$bin" | tee "$out/ucx.txt"
-  echo "[system] Open MPI over UCX on ferroce's libibverbs, ranks in two namespaces"
+  step "Open MPI over UCX on ferroce's libibverbs, ranks in two namespaces"
   OUT=$out bash "$here/netns/mpi.sh" "$bin" | tee "$out/mpi.txt"
-  echo "[system] rdma-core's own test suite on ferroce's libibverbs"
+  step "rdma-core's own test suite on ferroce's libibverbs"
   OUT=$out bash "$here/rdma_core/run.sh" "$bin" | tee "$out/rdma-core.txt"
-  echo "[system] the UDP GSO data path between two namespaces"
+  step "the UDP GSO data path between two namespaces"
   OUT=$out bash "$here/netns/gso.sh" "$bin" | tee "$out/gso.txt"
-  echo "[system] many processes on one interface (veth and lo), 8-rank mesh with a SIGKILL"
+  step "many processes on one interface (veth and lo), 8-rank mesh with a SIGKILL"
   OUT=$out bash "$here/netns/many_procs.sh" "$bin" | tee "$out/many-procs.txt"
-  echo "[system] ferroce probe conformance against ferroce's own servers over a veth"
+  step "ferroce probe conformance against ferroce's own servers over a veth"
   OUT=$out bash "$here/probe/conformance.sh" "$bin" ferroce | tee "$out/probe-ferroce.txt"
-  echo "[system] ferroce probe fuzz against ferroce's own servers over a veth (30 s per program)"
+  step "ferroce probe fuzz against ferroce's own servers over a veth (30 s per program)"
   OUT=$out bash "$here/probe/fuzz.sh" "$bin" ferroce 30 | tee "$out/probe-fuzz-ferroce.txt"
-  echo "[system] unmodified rdma_cm programs on ferroce's librdmacm.so.1: two hosts, one host, lo"
+  step "unmodified rdma_cm programs on ferroce's librdmacm.so.1: two hosts, one host, lo"
   OUT=$out bash "$here/netns/rdmacm.sh" "$bin" | tee "$out/rdmacm.txt"
 else
   echo "FAIL libibverbs: cargo build --release -p ferroce-ibverbs failed" | tee "$out/libibverbs.txt"
 fi
-echo "[system] connections through ferroce's connection manager (ucmatose): two hosts, one host, lo"
+step "connections through ferroce's connection manager (ucmatose): two hosts, one host, lo"
 OUT=$out bash "$here/netns/cm.sh" "$bin" | tee "$out/cm.txt"
-echo "[system] the rxe fuzz campaign's bookkeeping (a stand-in VM that panics)"
+step "the rxe fuzz campaign's bookkeeping (a stand-in VM that panics)"
 bash "$here/probe/campaign-test.sh" "$bin" | tee "$out/probe-campaign.txt"
 if host_has_red && modprobe macvlan 2>/dev/null; then
-  echo "[system] dcqcn test on this host"
+  step "dcqcn test on this host"
   OUT=$out bash "$here/dcqcn/run.sh" "$bin" "$(dirname "$bin")/examples/dcqcn_report" | tee "$out/dcqcn.txt"
 else
-  echo "[system] this kernel has no sch_red: the dcqcn test goes to the VM"; vm_parts="${vm_parts:+$vm_parts,}dcqcn"
+  step "this kernel has no sch_red: the dcqcn test goes to the VM"; vm_parts="${vm_parts:+$vm_parts,}dcqcn"
 fi
 if host_has_rxe; then
-  echo "[system] this kernel has rdma_rxe: interop tests on this host"
+  step "this kernel has rdma_rxe: interop tests on this host"
   cleanup() { rdma link del rxe0 2>/dev/null; ip link del vethR 2>/dev/null; ip netns del peer 2>/dev/null; true; }
   cleanup
   RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/interop/rxe_pingpong.sh" "$bin" "$mode" | tee "$out/interop.txt"
@@ -146,10 +150,10 @@ if host_has_rxe; then
   RXEVM_HOME="$here/interop/rxe-vm" OUT=$out bash "$here/probe/fuzz.sh" "$bin" rxe 45 | tee "$out/probe-fuzz-rxe.txt"
   cleanup
 else
-  echo "[system] this kernel has no rdma_rxe: interop tests go to the VM"; vm_parts="${vm_parts:+$vm_parts,}interop,probe,fuzz"
+  step "this kernel has no rdma_rxe: interop tests go to the VM"; vm_parts="${vm_parts:+$vm_parts,}interop,probe,fuzz"
 fi
 if [ -n "$vm_parts" ]; then
-  echo "[system] booting the rxe VM for: $vm_parts"
+  step "booting the rxe VM for: $vm_parts"
   t0=$(date +%s)
   "$here/interop/rxe-vm/run.sh" --timeout 3000 "$here/interop/guest.sh" "$out/vm" "$here" "$bin" "$mode" "$vm_parts" "$libdir" >"$out/vm.log" 2>&1
   echo "[system] VM run: exit $?, $(( $(date +%s) - t0 )) s"
@@ -157,7 +161,7 @@ if [ -n "$vm_parts" ]; then
 fi
 if [ -n "$vm_parts" ] && ! host_has_rxe; then
   # Never on a host with rdma_rxe: the packet panics the kernel it reaches.
-  echo "[system] the rxe kernel panic found by probe fuzz, cut down again in fresh VMs"
+  step "the rxe kernel panic found by probe fuzz, cut down again in fresh VMs"
   crash=$here/probe/findings/rxe-6.1-write-first-zero-length-round173.pcapng
   bash "$here/probe/campaign.sh" minimize "$bin" "$crash" write-bw "$out/vm-crash" >"$out/vm-crash.log" 2>&1
   if grep -q '^minimal: crash reproduced with packets 1 of 5' "$out/vm-crash.log" &&
