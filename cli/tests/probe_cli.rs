@@ -187,6 +187,45 @@ fn conformance_diff_against_itself_finds_nothing() {
     assert!(text.contains("diff: 0 cases differ"), "{text}");
 }
 
+/// `--after-case` runs once after each case that reached the target, in order, with the
+/// case's name, and not after a skipped one (which left the target's program waiting for
+/// its connection); a failing command is reported and the run goes on.
+#[test]
+fn after_case_runs_after_each_case_that_ran() {
+    let dir = temp_dir("after-case");
+    let log = dir.join("after.log");
+    let out = ferroce(&[
+        "probe",
+        "conformance",
+        "-q",
+        "--stack",
+        "rxe",
+        "--only",
+        "send-in-sequence,write-first-zero-length,write-bad-rkey",
+        "--after-case",
+        &format!(
+            "echo \"$FERROCE_PROBE_CASE\" >> '{}'; [ \"$FERROCE_PROBE_CASE\" != write-bad-rkey ]",
+            log.display()
+        ),
+        "local",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}{err}");
+    // write-first-zero-length is known to crash rxe: skipped, so no command after it.
+    assert!(
+        text.contains("2 passed, 0 failed, 0 known, 1 skipped"),
+        "{text}"
+    );
+    let ran = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(ran, "send-in-sequence\nwrite-bad-rkey\n");
+    assert!(
+        err.contains("--after-case after write-bad-rkey: exit status: 1"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// The one packet that panics Linux 6.1 rxe's kernel (found by `probe fuzz`, kept in
 /// tests/probe/findings): replayed to ferroce, it draws an invalid-request NAK and ferroce
 /// stays healthy.

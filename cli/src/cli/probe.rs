@@ -15,6 +15,7 @@ use ferroce_cli::probe::cases::{self, Case};
 use ferroce_cli::probe::local::LocalTarget;
 use ferroce_cli::probe::peer::Addressing;
 use ferroce_cli::probe::route::{self, Route};
+use ferroce_cli::probe::runner::Verdict;
 use ferroce_cli::probe::target::{OobTarget, Target, Via};
 use ferroce_cli::probe::{report, run_suite, SuiteOptions};
 
@@ -28,6 +29,8 @@ Each case runs on a fresh connection: a case may leave the target's QP in the er
 and the target's program serves one client, so keep it in a loop, e.g. on the target:
   while :; do ib_write_bw -d rxe0 -x 1; done
   while :; do timeout 30 ibv_rc_pingpong -d rxe0 -g 1 -n 1; done
+(A case may leave the program waiting for an exchange that never ends; where the probe can
+reach it, `--after-case 'pkill -x ibv_rc_pingpong'` ends it instead of its timeout.)
 then, on another host (or network namespace), with the target's RoCE address:
   ferroce probe conformance --via write-bw -d eth0 10.0.0.2
   ferroce probe conformance --via pingpong -d eth0 10.0.0.2
@@ -121,6 +124,13 @@ pub struct ConformanceArgs {
     /// Print only the table, not each case's transcript.
     #[arg(short = 'q', long)]
     pub quiet: bool,
+    /// A shell command run after each case that reached the target, before the next one
+    /// connects, with the case's name in FERROCE_PROBE_CASE: e.g. to end the target's
+    /// program where a case leaves it waiting (Debian's ibv_rc_pingpong waits for the
+    /// exchange it was promised until it is killed). Its output goes to stderr; its
+    /// failure is reported there and the run goes on.
+    #[arg(long, value_name = "CMD")]
+    pub after_case: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -256,6 +266,22 @@ fn stack_of(stack: &Option<String>, name: &str) -> Option<String> {
         .or_else(|| (name == "local").then(|| "ferroce".to_string()))
 }
 
+/// Runs `--after-case`'s command for case `name`; a failure is only reported.
+fn after_case(cmd: &str, name: &str) {
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .env("FERROCE_PROBE_CASE", name)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::io::stderr())
+        .status();
+    match status {
+        Ok(s) if s.success() => {}
+        Ok(s) => eprintln!("probe: --after-case after {name}: {s}"),
+        Err(e) => eprintln!("probe: --after-case after {name}: cannot run sh: {e}"),
+    }
+}
+
 fn conformance(a: ConformanceArgs) -> Result<ExitCode, CliError> {
     let cases = load_cases(&a)?;
     let mut out = std::io::stdout().lock();
@@ -306,6 +332,10 @@ fn conformance(a: ConformanceArgs) -> Result<ExitCode, CliError> {
             let _ = writeln!(out, "{:<36} {}", c.name, o.verdict.word());
         }
         let _ = out.flush();
+        // A skipped case never connected: the target's program still waits for one.
+        if let (Some(cmd), false) = (&a.after_case, matches!(o.verdict, Verdict::Skip(_))) {
+            after_case(cmd, &c.name);
+        }
     });
     writeln!(out)?;
     report::table(&mut out, &cases, &outcomes)?;
@@ -314,13 +344,9 @@ fn conformance(a: ConformanceArgs) -> Result<ExitCode, CliError> {
             .map_err(|e| format!("cannot write '{}': {e}", path.display()))?;
         report::markdown(&mut f, &cases, &outcomes)?;
     }
-    let bad = outcomes.iter().any(|o| {
-        matches!(
-            o.verdict,
-            ferroce_cli::probe::runner::Verdict::Fail
-                | ferroce_cli::probe::runner::Verdict::Error(_)
-        )
-    });
+    let bad = outcomes
+        .iter()
+        .any(|o| matches!(o.verdict, Verdict::Fail | Verdict::Error(_)));
     let mut differ = false;
     if let Some((n2, (t2, link2, addr2))) = &mut second {
         let opts2 = SuiteOptions {
