@@ -358,6 +358,11 @@ pub fn merge(segments: &[&[u8]], out: &mut [u8]) -> Result<(usize, usize)> {
 
 /// Whether `s` has `first`'s headers but for the identification, lengths and checksums.
 fn same_flow(first: &[u8], s: &[u8], l: Layout) -> bool {
+    same_ipv4_flow(first, s, l).unwrap_or_else(|| same_ranges(first, s, l))
+}
+
+/// [`same_flow`] for every layout, range by range.
+fn same_ranges(first: &[u8], s: &[u8], l: Layout) -> bool {
     let ranges: &[core::ops::Range<usize>] = if l.ipv6 {
         // Version, class, flow label; next header, hop limit, addresses; UDP ports.
         &[0..4, 6..40, 40..44]
@@ -368,11 +373,65 @@ fn same_flow(first: &[u8], s: &[u8], l: Layout) -> bool {
     ranges.iter().all(|r| first[r.clone()] == s[r.clone()])
 }
 
+/// [`same_flow`] for IPv4 without options, every frame ferroce sends over IPv4: the 24
+/// bytes of IP header and ports as three words, the fields a segment has of its own
+/// (total length, identification, header checksum) masked out. `None` for other layouts.
+/// Why: the ranges of the general case are four calls to `memcmp` per frame of every
+/// send batch (1.5% of all CPU with four `ferroce perf write-bw` pairs on one host);
+/// these are three compares.
+fn same_ipv4_flow(first: &[u8], s: &[u8], l: Layout) -> Option<bool> {
+    if l.ipv6 || l.ip_len != 20 {
+        return None;
+    }
+    let a: &[u8; 24] = first.get(..24)?.try_into().ok()?;
+    let b: &[u8; 24] = s.get(..24)?.try_into().ok()?;
+    // Little-endian words of bytes 0-7, 8-15, 16-23: keep version to TOS (0, 1), flags
+    // and offset (6, 7); TTL and protocol (8, 9) and the source address (12-15); the
+    // destination address and the ports.
+    const KEEP: [u64; 3] = [0xffff_0000_0000_ffff, 0xffff_ffff_0000_ffff, !0];
+    let word = |x: &[u8; 24], i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&x[8 * i..8 * i + 8]);
+        u64::from_le_bytes(w)
+    };
+    Some((0..3).all(|i| (word(a, i) ^ word(b, i)) & KEEP[i] == 0))
+}
+
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
     use crate::{BthRepr, DatagramRepr, IbRepr, IpRepr, Opcode, Psn};
     use std::net::Ipv4Addr;
+
+    #[test]
+    fn the_ipv4_fast_compare_is_the_ranges_compare() {
+        // Every single-byte difference in the 24 bytes it reads, and none: the three
+        // masked words say what the four ranges say.
+        let l = Layout {
+            ip_len: 20,
+            ipv6: false,
+            payload: 100,
+        };
+        let a: Vec<u8> = (0..40u8).map(|i| i.wrapping_mul(37) ^ 0x45).collect();
+        let mut differing = 0;
+        for at in [None].into_iter().chain((0..24).map(Some)) {
+            for flip in [0x01u8, 0x80, 0xff] {
+                let mut b = a.clone();
+                if let Some(i) = at {
+                    b[i] ^= flip;
+                }
+                let fast = same_ipv4_flow(&a, &b, l).expect("IPv4 without options");
+                assert_eq!(fast, same_ranges(&a, &b, l), "byte {at:?} ^ {flip:#x}");
+                differing += usize::from(!fast);
+            }
+        }
+        // Bytes 2-5 and 10-11 are each segment's own: 18 of the 24 must differ.
+        assert_eq!(differing, 18 * 3);
+        // Not this layout: the general compare.
+        assert_eq!(same_ipv4_flow(&a, &a, Layout { ip_len: 24, ..l }), None);
+        assert_eq!(same_ipv4_flow(&a, &a, Layout { ipv6: true, ..l }), None);
+        assert_eq!(same_ipv4_flow(&a[..23], &a, l), None);
+    }
 
     /// A WRITE_MIDDLE datagram (RC, `payload` bytes) with IPv4 ID `id` or over IPv6.
     fn datagram(psn: u32, payload: usize, id: u16, ipv6: bool) -> Vec<u8> {
