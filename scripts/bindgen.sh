@@ -4,7 +4,7 @@
 # /usr/include/infiniband/verbs.h, /usr/include/rdma/rdma_cma.h) with bindgen's layout tests.
 #   scripts/bindgen.sh        needs: bindgen (cargo install bindgen-cli), libclang-dev,
 #                             libibverbs-dev, librdmacm-dev
-# ibverbs/tests/layout.rs checks the committed files against the headers with gcc.
+# ibverbs/src/layout_tests.rs checks the committed files against the headers with gcc.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=ibverbs/src/ffi/verbs_h.rs

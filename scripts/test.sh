@@ -73,7 +73,8 @@ cargo_test() {
   echo "[test] $label: $p passed, $f failed"
   passed=$((passed + p)); failed=$((failed + f))
 }
-# `cargo test` builds the C ABI crate as an rlib only; its symbol tests read the cdylib.
+# `cargo test` does not build the C ABI's cdylib (the crate has no rlib for its tests to
+# link); its symbol tests read the library, so it is built first.
 cargo build --release --quiet -p ferroce-ibverbs
 cargo_test release --workspace --release --no-fail-fast
 # The same tests in a debug build, where overflow checks and debug_assert!s are on.

@@ -5,8 +5,8 @@
 use std::mem::{offset_of, size_of};
 use std::process::Command;
 
-use ibverbs::ffi::cma_h::*;
-use ibverbs::ffi::*;
+use crate::ffi::cma_h::*;
+use crate::ffi::*;
 
 macro_rules! layouts {
     ($($ty:ident { $($field:ident),* $(,)? })*) => {

@@ -39,4 +39,8 @@ mod strings;
 mod stubs;
 
 #[cfg(test)]
+mod build_tests;
+#[cfg(test)]
 mod c_caller_tests;
+#[cfg(test)]
+mod layout_tests;

@@ -77,7 +77,7 @@ pub(crate) fn write_sockaddr(dst: &mut libc::sockaddr_storage, a: SocketAddr) {
 
 fn storage(u: &mut rdma_addr__bindgen_ty_1) -> &mut libc::sockaddr_storage {
     // SAFETY: the union's members all begin at its start; it is 128 bytes, 8-aligned,
-    // as `sockaddr_storage` (bindgen's layout checks and tests/layout.rs).
+    // as `sockaddr_storage` (bindgen's layout checks and `layout_tests.rs`).
     unsafe { &mut *(u as *mut rdma_addr__bindgen_ty_1 as *mut libc::sockaddr_storage) }
 }
 
