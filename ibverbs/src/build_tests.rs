@@ -1,12 +1,7 @@
 //! How the library is built: the speed of every C program on ferroce depends on it.
 
-/// The lines of `manifest` that set `key`, trimmed.
-fn settings<'a>(manifest: &'a str, key: &str) -> Vec<&'a str> {
-    manifest
-        .lines()
-        .map(str::trim)
-        .filter(|l| l.split('=').next().map(str::trim) == Some(key))
-        .collect()
+fn manifest(text: &str) -> toml::Table {
+    text.parse().expect("a Cargo.toml parses")
 }
 
 /// Cargo runs the workspace's `lto = "fat"` only on a crate whose every output can take
@@ -15,23 +10,18 @@ fn settings<'a>(manifest: &'a str, key: &str) -> Vec<&'a str> {
 /// accessors left out of line (`ferroce exec -- ib_write_bw`, 2026-12-03).
 #[test]
 fn the_library_is_a_cdylib_alone_so_that_release_builds_take_lto() {
-    let ours = include_str!("../Cargo.toml");
+    let ours = manifest(include_str!("../Cargo.toml"));
+    let types = ours.get("lib").and_then(|l| l.get("crate-type"));
     assert_eq!(
-        settings(ours, "crate-type"),
-        [r#"crate-type = ["cdylib"]"#],
+        types,
+        Some(&toml::Value::Array(vec!["cdylib".into()])),
         "another crate type beside the cdylib turns LTO off for libibverbs.so"
     );
-    let workspace = include_str!("../../Cargo.toml");
-    let release = workspace
-        .split("[profile.release]")
-        .nth(1)
-        .and_then(|s| s.split("\n[").next())
-        .expect("the workspace has a [profile.release]");
-    assert_eq!(settings(release, "lto"), [r#"lto = "fat""#]);
-}
-
-#[test]
-fn settings_finds_only_the_key_itself() {
-    let m = "name = \"x\"\n  crate-type = [\"a\"]\n# crate-type = [\"b\"]\ncrate-types = 1\n";
-    assert_eq!(settings(m, "crate-type"), [r#"crate-type = ["a"]"#]);
+    let workspace = manifest(include_str!("../../Cargo.toml"));
+    let lto = workspace
+        .get("profile")
+        .and_then(|p| p.get("release"))
+        .and_then(|r| r.get("lto"))
+        .and_then(|l| l.as_str());
+    assert_eq!(lto, Some("fat"));
 }
