@@ -12,10 +12,7 @@ use super::{Shared, RX_BATCH, TX_BATCH};
 /// How long the driver keeps looking for work after the last activity before it sleeps.
 const BUSY_POLL: Duration = Duration::from_micros(50);
 /// How often the driver looks at the link while API threads poll it (in case they stop
-/// without saying so), at most and at least: the nap halves each time it ends with frames
-/// the API threads left in the link (they were not receiving: perftest's WRITE latency
-/// test spins on its buffer, not on a CQ), and doubles back each time it ends with the
-/// link empty (they were).
+/// without saying so), at most and at least: see [`next_nap`].
 const APP_POLL_RECHECK: Duration = Duration::from_millis(1);
 const APP_POLL_RECHECK_MIN: Duration = Duration::from_micros(20);
 /// The time slice the driver asks for (see [`crate::link::sched`]): a frame's arrival then
@@ -79,17 +76,14 @@ fn rounds(s: &Shared) {
             // link is back.
             s.io.clear_link_error();
         }
-        if s.linger.requests() != requests && s.wake.app_polls.load(Ordering::Relaxed) != 0 {
+        let requests_left = s.linger.requests() != requests;
+        if requests_left && s.wake.app_polls.load(Ordering::Relaxed) != 0 {
             // Requests that threads in poll mode left to this thread: had they lingered
             // after their last completion, they might have taken them (see `linger`).
             s.linger.missed();
         }
         if std::mem::take(&mut napped) {
-            nap = if received > 0 {
-                (nap / 2).max(APP_POLL_RECHECK_MIN)
-            } else {
-                (nap * 2).min(APP_POLL_RECHECK)
-            };
+            nap = next_nap(nap, received > 0, requests_left);
         }
 
         // Timers and transmit.
@@ -166,5 +160,62 @@ fn rounds(s: &Shared) {
         let _held = s.endpoint();
         s.wake.planned_wakeup.store(0, Ordering::SeqCst);
         s.wake.set_driver(DriverState::Spinning);
+    }
+}
+
+/// The driver's next nap while API threads poll the link, after one that ended with
+/// `frames_left` in the link, `requests_left` among them (RDMA WRITE or READ requests,
+/// executed by the driver).
+///
+/// - Requests left: halve (down to [`APP_POLL_RECHECK_MIN`]). The threads were not
+///   receiving what a program waits for: perftest's WRITE latency test, and any program
+///   that waits for a WRITE by watching its memory, polls its CQ for its own WRITE's
+///   completion and then spins on its buffer; the peer's WRITE waited out the nap.
+/// - Other frames left (ACKs, SENDs): keep the nap. The threads take those themselves at
+///   their next poll; they were left only because the poller was off its CPU for a
+///   moment. Halving on them too (as before) made perftest's bandwidth client, which
+///   polls between posts and is often preempted on a 2-CPU host, wake its driver 8,700
+///   times a second, and each wake-up preempted the peer's driver on the other CPU:
+///   `ib_write_bw -s 4096` on the library at veth MTU 1500, alternating runs, 12.7-12.8
+///   Gb/s before, 14.6-15.2 after (README, "Driver naps").
+/// - Link empty: double back (up to [`APP_POLL_RECHECK`]).
+fn next_nap(nap: Duration, frames_left: bool, requests_left: bool) -> Duration {
+    if requests_left {
+        (nap / 2).max(APP_POLL_RECHECK_MIN)
+    } else if frames_left {
+        nap
+    } else {
+        (nap * 2).min(APP_POLL_RECHECK)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn naps_shorten_only_for_requests_left_behind() {
+        let ms = APP_POLL_RECHECK;
+        // A program spinning on its memory: the peer's WRITEs waited, so the naps halve
+        // to the floor and stay there.
+        let mut nap = ms;
+        for _ in 0..20 {
+            nap = next_nap(nap, true, true);
+        }
+        assert_eq!(nap, APP_POLL_RECHECK_MIN);
+        // A poller that left ACKs behind now and then keeps its nap, short or long.
+        assert_eq!(
+            next_nap(APP_POLL_RECHECK_MIN, true, false),
+            APP_POLL_RECHECK_MIN
+        );
+        assert_eq!(next_nap(ms, true, false), ms);
+        assert_eq!(next_nap(ms / 4, true, false), ms / 4);
+        // Nothing left: back up to the ceiling, never past it.
+        let mut nap = APP_POLL_RECHECK_MIN;
+        for _ in 0..20 {
+            nap = next_nap(nap, false, false);
+        }
+        assert_eq!(nap, ms);
+        assert_eq!(next_nap(ms / 2, true, true), ms / 4);
     }
 }
