@@ -41,12 +41,10 @@ struct End {
     outbox: MemoryRegion,
 }
 
-fn end(ctx: Context) -> End {
+fn end(ctx: Context, qp_type: QpType) -> End {
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(16).unwrap();
-    let qp = pd
-        .create_qp(&cq, &cq, QpType::Rc, QpCap::default())
-        .unwrap();
+    let qp = pd.create_qp(&cq, &cq, qp_type, QpCap::default()).unwrap();
     qp.init(Access::LOCAL_WRITE | Access::REMOTE_WRITE, 0)
         .unwrap();
     let inbox = pd
@@ -63,10 +61,10 @@ fn end(ctx: Context) -> End {
     }
 }
 
-/// Two ends on the in-memory wire, their RC QPs connected to each other.
-fn pair() -> (End, End) {
+/// Two ends on the in-memory wire, their QPs (RC or UC) connected to each other.
+fn pair(qp_type: QpType) -> (End, End) {
     let (a, b) = Context::memory_pair().unwrap();
-    let (a, b) = (end(a), end(b));
+    let (a, b) = (end(a, qp_type), end(b, qp_type));
     a.qp.connect(&RcPath::new(b.ctx.gid(0).unwrap(), b.qp.qpn(), 1, 2))
         .unwrap();
     b.qp.connect(&RcPath::new(a.ctx.gid(0).unwrap(), a.qp.qpn(), 2, 1))
@@ -117,8 +115,8 @@ struct Seen {
     misses: u64,
 }
 
-fn ping_pong() -> Seen {
-    let (a, b) = pair();
+fn ping_pong(qp_type: QpType) -> Seen {
+    let (a, b) = pair(qp_type);
     let to_a = (a.inbox.addr(), a.inbox.rkey());
     let to_b = (b.inbox.addr(), b.inbox.rkey());
     std::thread::scope(|s| {
@@ -145,6 +143,19 @@ fn ping_pong() -> Seen {
 
 #[test]
 fn polls_learn_to_take_in_the_write_a_memory_spinning_program_waits_for() {
+    polls_learn_to_linger(QpType::Rc);
+}
+
+/// The same over UC, whose WRITE completes as it leaves: the program's polls find their
+/// completion at once and never look at the link. They count as polling all the same;
+/// until 2026-12-03 they did not, nothing lingered, and every WRITE waited for the driver
+/// thread (`ib_write_lat -c UC`: 2 ms a round trip on a 2-CPU host).
+#[test]
+fn polls_learn_to_take_in_the_write_over_uc_where_a_write_completes_at_once() {
+    polls_learn_to_linger(QpType::Uc);
+}
+
+fn polls_learn_to_linger(qp_type: QpType) {
     let _serial = serial();
     // Without lingering the driver thread executes each of the 2 * ROUNDS WRITEs (the
     // programs poll only until their own WRITE completes): about 600 misses here. With
@@ -154,7 +165,7 @@ fn polls_learn_to_take_in_the_write_a_memory_spinning_program_waits_for() {
     // driver takes over, as it should: so up to three tries, each on a fresh pair.
     let mut tries = Vec::new();
     for _ in 0..3 {
-        let seen = ping_pong();
+        let seen = ping_pong(qp_type);
         assert!(
             seen.hits + seen.timeouts <= 2 * ROUNDS,
             "lingered more often than completions were polled: {seen:?}"
@@ -165,7 +176,7 @@ fn polls_learn_to_take_in_the_write_a_memory_spinning_program_waits_for() {
             return;
         }
     }
-    panic!("the driver executed most WRITEs in every try: {tries:?}");
+    panic!("{qp_type:?}: the driver executed most WRITEs in every try: {tries:?}");
 }
 
 /// A's RC QP connected to B's on the in-memory wire (MTU 1024, `RcPath`'s default), and a
@@ -400,7 +411,7 @@ impl End {
 /// Transmissions (system calls on a real link) of both ends for one SEND ping-pong of
 /// `ROUNDS` on a fresh pair.
 fn send_ping_pong() -> u64 {
-    let (a, b) = pair();
+    let (a, b) = pair(QpType::Rc);
     a.post_recv();
     b.post_recv();
     let sent = || counter(&a.ctx, "link_tx_batches") + counter(&b.ctx, "link_tx_batches");
@@ -455,7 +466,7 @@ fn the_last_message_s_ack_leaves_before_the_receiver_s_qp_goes_to_error() {
     // arrived, retried into RETRY_EXC_ERR (3 of 6 runs of tests/netns/fork_children.c).
     // On fresh pairs, each after a ping-pong that puts both ends in poll mode.
     for attempt in 0..8 {
-        let (a, b) = pair();
+        let (a, b) = pair(QpType::Rc);
         a.post_recv();
         b.post_recv();
         std::thread::scope(|s| {
@@ -512,7 +523,7 @@ fn the_last_message_s_ack_leaves_before_the_receiver_s_qp_goes_to_error() {
 fn a_poll_says_whether_it_took_frames_in() {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let _one = serial();
-    let (a, b) = pair();
+    let (a, b) = pair(QpType::Rc);
     let to_a = (a.inbox.addr(), a.inbox.rkey());
     let mut out = Vec::new();
     let (mut busy, mut idle) = (0u64, 0u64);

@@ -63,7 +63,9 @@ impl CompletionQueue {
         // Poll mode: with the CQ empty, take in what the link holds on this thread (the
         // answer being waited for is often there already) instead of waiting for the
         // driver thread to wake up for it.
-        if n == 0 && shared.poll_rx() {
+        if n > 0 {
+            shared.polled_completions();
+        } else if shared.poll_rx() {
             received = true;
             n = shared.poll_cq(self.id, &self.mark, out, max);
         }

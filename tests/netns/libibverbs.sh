@@ -3,7 +3,7 @@
 # `ferroce exec`, between two network namespaces joined by a veth pair on this host (no
 # kernel RDMA module): ibv_devices and ibv_devinfo; ibv_rc_pingpong (sizes, -m 1024 and -m
 # 4096 at veth MTU 9000, -e, -c), ibv_uc/ud/srq_pingpong; perftest's ib_write_bw, ib_read_bw,
-# ib_send_bw (RC and UD), ib_atomic_bw, ib_write_lat, ib_read_lat, ib_send_lat,
+# ib_send_bw (RC and UD), ib_atomic_bw, ib_write_lat (RC and UC), ib_read_lat, ib_send_lat,
 # ib_atomic_lat (fetch-and-add, compare-and-swap); the
 # pingpong and ib_write_bw as nobody through a copy of ferroce given cap_net_raw+p; port
 # events (ibv_asyncwatch, ibv_devinfo) when the link goes down and up. Then what must fail
@@ -156,6 +156,7 @@ pair write_lat-s2 18608 perftest -x ib_write_lat -F -s 2 -n 200
 pair write_lat-s4096 18609 perftest -x ib_write_lat -F -s 4096 -n 200
 pair read_lat-s64 18610 perftest -x ib_read_lat -F -s 64 -n 200
 pair send_lat-s64 18611 perftest -x ib_send_lat -F -s 64 -n 200
+pair write_lat-uc-s64 18617 perftest -x ib_write_lat -F -c UC -s 64 -n 200
 pair send_lat-ud-s512 18612 perftest -x ib_send_lat -F -c UD -s 512 -n 200
 pair atomic_lat-fadd 18615 perftest -x ib_atomic_lat -F -n 200
 pair atomic_lat-cmp_swap 18616 perftest -x ib_atomic_lat -F -A CMP_AND_SWAP -n 200
