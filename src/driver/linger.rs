@@ -151,6 +151,7 @@ impl Shared {
             // The clock is a system call on some virtual machines: not on every spin.
             if spins % 8 == 0 && start.elapsed() >= LINGER {
                 l.timed_out();
+                self.wake.shorten_nap();
                 return;
             }
             std::hint::spin_loop();

@@ -85,6 +85,9 @@ fn rounds(s: &Shared) {
         if std::mem::take(&mut napped) {
             nap = next_nap(nap, received > 0, requests_left);
         }
+        if s.wake.take_short_nap() {
+            nap = APP_POLL_RECHECK_MIN;
+        }
 
         // Timers and transmit.
         let mut ep = s.endpoint();
