@@ -116,12 +116,24 @@ struct Seen {
 }
 
 fn ping_pong(qp_type: QpType) -> Seen {
+    ping_pong_armed(qp_type, false)
+}
+
+/// [`ping_pong`], each end asking for a notification on its CQ before every post (as a
+/// program that waits on a completion channel does) when `armed`.
+fn ping_pong_armed(qp_type: QpType, armed: bool) -> Seen {
     let (a, b) = pair(qp_type);
+    let arm = |e: &End| {
+        if armed {
+            e.cq.req_notify(false).unwrap();
+        }
+    };
     let to_a = (a.inbox.addr(), a.inbox.rkey());
     let to_b = (b.inbox.addr(), b.inbox.rkey());
     std::thread::scope(|s| {
         s.spawn(|| {
             for round in 1..=ROUNDS {
+                arm(&a);
                 a.write(round, to_b);
                 a.wait_for(round);
             }
@@ -129,6 +141,7 @@ fn ping_pong(qp_type: QpType) -> Seen {
         s.spawn(|| {
             for round in 1..=ROUNDS {
                 b.wait_for(round);
+                arm(&b);
                 b.write(round, to_a);
             }
         });
@@ -153,6 +166,23 @@ fn polls_learn_to_take_in_the_write_a_memory_spinning_program_waits_for() {
 #[test]
 fn polls_learn_to_take_in_the_write_over_uc_where_a_write_completes_at_once() {
     polls_learn_to_linger(QpType::Uc);
+}
+
+/// A program that asks for events on its CQ waits on the channel after its polls, and
+/// the driver must go on watching the link for it: its polls that find completions are not
+/// taken for spinning. Until they were told apart (2026-12-03, the same day the UC test
+/// above began to pass), each of `ibv_rc_pingpong -e`'s polls put the driver into its naps
+/// of up to a millisecond (1.1 ms a round trip instead of 58 µs), and here the polls
+/// learnt to linger as over UC without events.
+#[test]
+fn polls_of_a_cq_armed_for_events_are_not_taken_for_spinning() {
+    let _serial = serial();
+    let seen = ping_pong_armed(QpType::Uc, true);
+    assert_eq!(
+        (seen.hits, seen.timeouts, seen.misses),
+        (0, 0, 0),
+        "lingered, or the driver took the program for a poller: {seen:?}"
+    );
 }
 
 fn polls_learn_to_linger(qp_type: QpType) {

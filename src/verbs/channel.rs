@@ -93,6 +93,7 @@ impl CompletionQueue {
         let shared = self.ctx.shared();
         let mut ep = shared.endpoint();
         ep.req_notify_cq(self.id, solicited_only)?;
+        self.armed.store(true, std::sync::atomic::Ordering::Relaxed);
         // The caller is about to sleep until a completion: what its posts left for its
         // next poll goes now.
         shared.send_pending(&mut ep);
