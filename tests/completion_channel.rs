@@ -23,16 +23,21 @@ struct Pair {
 }
 
 fn pair() -> Pair {
+    pair_of(QpType::Rc)
+}
+
+/// Two QPs of `qp_type` (RC or UC) connected over the in-memory wire.
+fn pair_of(qp_type: QpType) -> Pair {
     let (a, b) = Context::memory_pair().unwrap();
     let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (cq_a, cq_b) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
     let src = pd_a.reg_mr_with(vec![7u8; 32], Access::empty()).unwrap();
     let dst = pd_b.reg_mr(32, Access::LOCAL_WRITE).unwrap();
     let qp_a = pd_a
-        .create_qp(&cq_a, &cq_a, QpType::Rc, QpCap::default())
+        .create_qp(&cq_a, &cq_a, qp_type, QpCap::default())
         .unwrap();
     let qp_b = pd_b
-        .create_qp(&cq_b, &cq_b, QpType::Rc, QpCap::default())
+        .create_qp(&cq_b, &cq_b, qp_type, QpCap::default())
         .unwrap();
     qp_b.init(Access::LOCAL_WRITE, 0).unwrap();
     qp_a.connect(&RcPath::new(b.gid(0).unwrap(), qp_b.qpn(), 5, 6))
@@ -118,4 +123,35 @@ fn solicited_only_waits_for_a_solicited_send() {
     p.send(2, true);
     assert!(readable(ch.fd(), Duration::from_secs(5)));
     assert_eq!(ch.get_event().unwrap(), 9);
+}
+
+/// A UC send completes as its packet leaves, on the thread that sends it; the event its
+/// completion fires goes out then too. Until 2026-12-03 it waited for the next frame or
+/// timer to come in, and with nothing more to come (the last message of `ibv_uc_pingpong
+/// -e` or `ibv_ud_pingpong -e`) never came: the program waited in `ibv_get_cq_event`
+/// for good.
+#[test]
+fn a_uc_send_that_completes_as_it_leaves_fires_its_event() {
+    let p = pair_of(QpType::Uc);
+    let ch = CompletionChannel::new().unwrap();
+    p.cq_a.attach_channel(&ch, 0xa);
+    p.qp_b
+        .post_recv(&RecvWr {
+            wr_id: 1,
+            sg_list: vec![p.dst.sge(0, 32)],
+        })
+        .unwrap();
+    p.cq_a.req_notify(false).unwrap();
+    p.qp_a.post_send(&wr::send(1, p.src.sge(0, 32))).unwrap();
+    assert!(
+        readable(ch.fd(), Duration::from_secs(5)),
+        "no event for the send's completion"
+    );
+    assert_eq!(ch.get_event().unwrap(), 0xa);
+    let mut wcs = Vec::new();
+    p.cq_a.poll(&mut wcs, 1);
+    assert_eq!(
+        wcs.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success)]
+    );
 }

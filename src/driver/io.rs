@@ -280,6 +280,10 @@ impl Shared {
         now: ferroce_transport::Instant,
     ) -> TxOutcome {
         let out = self.transmit_once(ep, max, now);
+        // A UC or UD send completes as its last packet leaves: its notification goes now,
+        // not with the next frame or timer to come in (after a program's last message
+        // none does, and it waited in `ibv_get_cq_event` for good).
+        self.deliver_cq_events(ep);
         if self.io.local.is_empty() {
             return out;
         }

@@ -2,8 +2,9 @@
 # Unmodified Debian binaries (ibverbs-utils, perftest) on ferroce's libibverbs.so.1 through
 # `ferroce exec`, between two network namespaces joined by a veth pair on this host (no
 # kernel RDMA module): ibv_devices and ibv_devinfo; ibv_rc_pingpong (sizes, -m 1024 and -m
-# 4096 at veth MTU 9000, -e, -c), ibv_uc/ud/srq_pingpong; perftest's ib_write_bw, ib_read_bw,
-# ib_send_bw (RC and UD), ib_atomic_bw, ib_write_lat (RC and UC), ib_read_lat, ib_send_lat,
+# 4096 at veth MTU 9000, -e, -c), ibv_uc/ud/srq_pingpong (uc and ud also with -e);
+# perftest's ib_write_bw, ib_read_bw, ib_send_bw (RC and UD), ib_atomic_bw, ib_write_lat
+# (RC and UC), ib_read_lat, ib_send_lat,
 # ib_atomic_lat (fetch-and-add, compare-and-swap); the
 # pingpong and ib_write_bw as nobody through a copy of ferroce given cap_net_raw+p; port
 # events (ibv_asyncwatch, ibv_devinfo) when the link goes down and up. Then what must fail
@@ -142,6 +143,8 @@ pair rc-chk 18526 pingpong -g ibv_rc_pingpong -c -s 4096 -n 200
 pair rc-events-chk-s65536 18527 pingpong -g ibv_rc_pingpong -e -c -s 65536 -n 50
 pair uc-s4096-chk 18528 pingpong -g ibv_uc_pingpong -c -s 4096 -n 200
 pair ud-s1024-chk 18529 pingpong -g ibv_ud_pingpong -c -s 1024 -n 200
+pair uc-events-chk 18534 pingpong -g ibv_uc_pingpong -e -c -s 4096 -n 200
+pair ud-events-chk 18535 pingpong -g ibv_ud_pingpong -e -c -s 1024 -n 200
 pair srq-chk 18530 pingpong -g ibv_srq_pingpong -c -s 4096 -n 50
 
 # --- perftest (both sides the same flags) ---------------------------------------------
