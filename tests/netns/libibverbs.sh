@@ -3,9 +3,9 @@
 # `ferroce exec`, between two network namespaces joined by a veth pair on this host (no
 # kernel RDMA module): ibv_devices and ibv_devinfo; ibv_rc_pingpong (sizes, -m 1024 and -m
 # 4096 at veth MTU 9000, -e, -c), ibv_uc/ud/srq_pingpong (uc and ud also with -e);
-# perftest's ib_write_bw, ib_read_bw, ib_send_bw (RC and UD), ib_atomic_bw, ib_write_lat
-# (RC and UC), ib_read_lat, ib_send_lat,
-# ib_atomic_lat (fetch-and-add, compare-and-swap); the
+# perftest's ib_write_bw, ib_read_bw, ib_send_bw (RC and UD, UD also with -e), ib_atomic_bw,
+# ib_write_lat (RC and UC), ib_read_lat, ib_send_lat, ib_atomic_lat (fetch-and-add,
+# compare-and-swap); the
 # pingpong and ib_write_bw as nobody through a copy of ferroce given cap_net_raw+p; port
 # events (ibv_asyncwatch, ibv_devinfo) when the link goes down and up. Then what must fail
 # cleanly: ibv_devices in a namespace without an interface (an empty list,
@@ -154,6 +154,7 @@ pair read_bw-s4096 18603 perftest -x ib_read_bw -F -s 4096 -n 200
 pair send_bw-s4096 18604 perftest -x ib_send_bw -F -s 4096 -n 200
 pair send_bw-s65536 18605 perftest -x ib_send_bw -F -s 65536 -n 100
 pair send_bw-ud-s1024 18606 perftest -x ib_send_bw -F -c UD -s 1024 -n 200
+pair send_bw-ud-events 18618 perftest -x ib_send_bw -F -c UD -e -s 1024 -n 200
 pair atomic_bw 18607 perftest -x ib_atomic_bw -F -n 200
 pair write_lat-s2 18608 perftest -x ib_write_lat -F -s 2 -n 200
 pair write_lat-s4096 18609 perftest -x ib_write_lat -F -s 4096 -n 200
