@@ -26,9 +26,14 @@ use std::time::{Duration, Instant};
 
 use super::Shared;
 
-/// The longest a poll lingers after a completion: a few times a native round trip's
-/// software part, far less than the driver's wake-up on a busy host.
-const LINGER: Duration = Duration::from_micros(50);
+/// How long a poll lingers after a completion, at least and at most. It starts at the
+/// least, a few times a native round trip's software part, far less than the driver's
+/// wake-up on a busy host, and follows how long the answers take (see
+/// [`Linger::length`]): a UC WRITE completes as it leaves, so a poll after one waits out
+/// the whole round trip, not just the gap behind an ACK as over RC, and at 32 KiB (veth
+/// MTU 1500), or in a debug build, that is longer than the least.
+const LINGER_MIN: Duration = Duration::from_micros(50);
+const LINGER_MAX: Duration = Duration::from_micros(500);
 /// Score from which polls linger (with no linger wasted since the last that paid).
 const ON: u32 = 2;
 /// The score's ceiling: how many wasted lingers in a row a pattern that paid survives.
@@ -55,6 +60,8 @@ pub(super) struct Linger {
     requests: AtomicU64,
     /// `requests` when the program last posted a send work request.
     requests_at_post: AtomicU64,
+    /// How long the next linger lasts at most, in nanoseconds (0: [`LINGER_MIN`]).
+    length_ns: AtomicU64,
 }
 
 impl Linger {
@@ -94,6 +101,24 @@ impl Linger {
             });
     }
 
+    /// How long the next linger lasts at most: twice the longest wait of the lingers that
+    /// paid lately (shrinking by a quarter per hit towards twice the last one), doubled by
+    /// each that did not, within [`LINGER_MIN`, `LINGER_MAX`].
+    fn length(&self) -> Duration {
+        Duration::from_nanos(self.length_ns.load(Ordering::Relaxed)).max(LINGER_MIN)
+    }
+
+    fn set_length(&self, d: Duration) {
+        let d = d.clamp(LINGER_MIN, LINGER_MAX);
+        self.length_ns.store(d.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// A linger took the peer's request in after `waited`.
+    fn hit_after(&self, waited: Duration) {
+        self.set_length((waited * 2).max(self.length() * 3 / 4));
+        self.hit();
+    }
+
     fn hit(&self) {
         self.hits.fetch_add(1, Ordering::Relaxed);
         self.strikes.store(0, Ordering::Relaxed);
@@ -102,6 +127,7 @@ impl Linger {
 
     fn timed_out(&self) {
         self.timeouts.fetch_add(1, Ordering::Relaxed);
+        self.set_length(self.length() * 2);
         let strikes = (self.strikes.load(Ordering::Relaxed) + 1).min(MAX_STRIKES);
         self.strikes.store(strikes, Ordering::Relaxed);
         tracing::trace!(strikes, "a poll lingered for nothing");
@@ -129,7 +155,7 @@ impl Shared {
     /// Called by a poll that is about to return completions: if lingering has paid lately,
     /// API threads are polling the link and no RDMA WRITE or READ request came in since the
     /// last post, takes in the link on this thread until one does (here or on the driver)
-    /// or `LINGER` passes.
+    /// or the linger's length ([`Linger::length`]) passes.
     pub fn linger(&self) {
         let l = &self.linger;
         if !l.wanted() || self.wake.app_polls.load(Ordering::Relaxed) == 0 {
@@ -140,16 +166,17 @@ impl Shared {
             return; // the peer's answer is in already
         }
         let start = Instant::now();
+        let length = l.length();
         for spins in 1u32.. {
             let got = self.poll_rx_lingering();
             if l.requests() != seen {
                 if got {
-                    l.hit();
+                    l.hit_after(start.elapsed());
                 } // else the driver took it: neither a hit nor a waste
                 return;
             }
             // The clock is a system call on some virtual machines: not on every spin.
-            if spins % 8 == 0 && start.elapsed() >= LINGER {
+            if spins % 8 == 0 && start.elapsed() >= length {
                 l.timed_out();
                 self.wake.shorten_nap();
                 return;
@@ -199,6 +226,33 @@ mod tests {
                 ("poll_linger_misses", 2)
             ]
         );
+    }
+
+    #[test]
+    fn a_linger_lasts_twice_the_answers_lately_within_its_bounds() {
+        let l = Linger::default();
+        let us = Duration::from_micros;
+        assert_eq!(l.length(), LINGER_MIN);
+        // Quick answers keep it at the least.
+        l.hit_after(us(5));
+        assert_eq!(l.length(), LINGER_MIN);
+        // A late one doubles it, up to the most.
+        l.timed_out();
+        assert_eq!(l.length(), LINGER_MIN * 2);
+        for _ in 0..10 {
+            l.timed_out();
+        }
+        assert_eq!(l.length(), LINGER_MAX);
+        // Answers after 120 µs: it shrinks by a quarter per hit, down to twice that.
+        l.hit_after(us(120));
+        assert_eq!(l.length(), LINGER_MAX * 3 / 4);
+        for _ in 0..20 {
+            l.hit_after(us(120));
+        }
+        assert_eq!(l.length(), us(240));
+        // A longer wait raises it at once.
+        l.hit_after(us(200));
+        assert_eq!(l.length(), us(400));
     }
 
     #[test]
