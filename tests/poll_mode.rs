@@ -162,7 +162,7 @@ fn polls_learn_to_take_in_the_write_a_memory_spinning_program_waits_for() {
 /// The same over UC, whose WRITE completes as it leaves: the program's polls find their
 /// completion at once and never look at the link. They count as polling all the same;
 /// until 2026-12-03 they did not, nothing lingered, and every WRITE waited for the driver
-/// thread (`ib_write_lat -c UC`: 2 ms a round trip on a 2-CPU host).
+/// thread (`ib_write_lat -c UC`: 2 ms typical on a 2-CPU host).
 #[test]
 fn polls_learn_to_take_in_the_write_over_uc_where_a_write_completes_at_once() {
     polls_learn_to_linger(QpType::Uc);

@@ -214,8 +214,9 @@ impl Shared {
     /// Why: a UC send completes as it leaves, so a ping-pong over UC WRITEs (`ib_write_lat
     /// -c UC`) finds its completion at the first poll and never looked at the link. The
     /// driver then slept on the link alone, and each WRITE from the peer waited for it to
-    /// get a CPU from the programs spinning on their memory: 2 ms a round trip on a 2-CPU
-    /// host, against 7 µs over RC (README, "Latency: UC WRITEs").
+    /// get a CPU from the programs spinning on their memory: 2 ms typical on a 2-CPU host
+    /// (perftest's figure, half a round trip), against 7 µs over RC (README, "Latency: UC
+    /// WRITEs").
     pub fn polled_completions(&self) {
         self.wake.app_polls.fetch_add(1, Ordering::Relaxed);
     }
