@@ -218,7 +218,7 @@ impl Shared {
     /// (perftest's figure, half a round trip), against 7 µs over RC (README, "Latency: UC
     /// WRITEs").
     pub fn polled_completions(&self) {
-        self.wake.app_polls.fetch_add(1, Ordering::Relaxed);
+        self.wake.polled();
     }
 
     /// [`Shared::poll_rx`] for a thread lingering before it returns completions (see
@@ -230,7 +230,7 @@ impl Shared {
     }
 
     fn poll_rx_answering(&self, answer: bool) -> bool {
-        self.wake.app_polls.fetch_add(1, Ordering::Relaxed);
+        self.wake.polled();
         let Ok(mut rx) = self.io.rx.try_lock() else {
             return false;
         };
@@ -298,8 +298,9 @@ impl Shared {
             for f in &frames {
                 ep.handle_packet(now, f);
             }
-            self.deliver_cq_events(ep);
             self.transmit_once(ep, max, now);
+            // What the looped-back frames and this round's sends completed.
+            self.deliver_cq_events(ep);
         }
         if !relock(&self.io.loopback).is_empty() {
             self.wake.wake();

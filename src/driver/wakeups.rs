@@ -147,8 +147,15 @@ impl Wakeups {
     }
 
     /// Whether the driver's next nap is to be its shortest (once per [`Wakeups::shorten_nap`]).
+    /// Read first: the driver asks every round, and a swap would write the line the
+    /// posters' flags share each time.
     pub(super) fn take_short_nap(&self) -> bool {
-        self.nap_short.swap(false, Ordering::Relaxed)
+        self.nap_short.load(Ordering::Relaxed) && self.nap_short.swap(false, Ordering::Relaxed)
+    }
+
+    /// An API thread polled (its CQ or the link): see `app_polls`.
+    pub(super) fn polled(&self) {
+        self.app_polls.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Wakes the driver thread.
@@ -239,8 +246,8 @@ impl Shared {
     /// timer that now falls before the sleeping driver's is moved on its timerfd, which
     /// wakes the driver only when it is due; leftover work wakes it at once.
     pub fn kick(&self, mut ep: super::EndpointGuard<'_>) {
-        // The call may have completed work itself (a flush, a local error).
-        self.deliver_cq_events(&mut ep);
+        // What the call completed itself (a flush, a local error) is delivered with what
+        // its sends complete, after the first transmission (`transmit_at`).
         let mut sent = self.transmit(&mut ep, TX_BATCH);
         // A full batch may leave more behind (a 64 KiB WRITE at MTU 1024 is exactly one
         // batch): the poster sends it too rather than wake the driver for it, whose
