@@ -606,3 +606,115 @@ fn a_poll_says_whether_it_took_frames_in() {
         );
     }
 }
+
+/// A READ of more responses than one transmit batch, whose request a polling thread took
+/// in while the responder's driver thread slept: the poller sends the first batch, and the
+/// rest must follow without waiting for a timer.
+///
+/// Why: a UCX rendezvous (`ucx_perftest -t tag_bw -s 1048576`, UCX_TLS=rc) stalled for
+/// 1.07 s in about half the runs: the peer READs the 1 MiB message while the sender polls
+/// for the end of it; the poller took the READ request in, sent 128 responses, and the
+/// other 896 waited until an unrelated timer woke the driver. The poller took the frame
+/// before the sleeping driver, woken by the same frame, looked at the link, so the driver
+/// found nothing and slept on.
+///
+/// Which thread takes the request in is a race, so each try starts from a sleeping driver
+/// (the responder's thread idle for a while) and the test repeats until polls have taken
+/// the request in several times (or 20 s have passed). A stalled READ ends with the
+/// requester's local ACK timeout: counted, and the test fails on it.
+#[test]
+fn read_responses_of_many_batches_follow_a_request_a_poller_took_in() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    let _one = serial();
+    const LEN: usize = 1 << 20;
+    const TAKEN: u32 = 5;
+    let (a, b) = Context::memory_pair().unwrap();
+    let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
+    let qp_a = pd_a
+        .create_qp(&cq_a, &cq_a, QpType::Rc, QpCap::default())
+        .unwrap();
+    let qp_b = pd_b
+        .create_qp(&cq_b, &cq_b, QpType::Rc, QpCap::default())
+        .unwrap();
+    qp_b.init(Access::REMOTE_READ, 0).unwrap();
+    // 268 ms: a stall ends with it; nothing else in a live READ waits that long.
+    let path = |gid, qpn, rq, sq| RcPath {
+        timeout: 16,
+        ..RcPath::new(gid, qpn, rq, sq)
+    };
+    qp_a.connect(&path(b.gid(0).unwrap(), qp_b.qpn(), 1, 2))
+        .unwrap();
+    qp_b.connect(&path(a.gid(0).unwrap(), qp_a.qpn(), 2, 1))
+        .unwrap();
+    let data: Vec<u8> = (0..LEN).map(|i| (i * 31 + i / 4096) as u8).collect();
+    let src = pd_b.reg_mr_with(data.clone(), Access::REMOTE_READ).unwrap();
+    let dst = pd_a.reg_mr(LEN, Access::LOCAL_WRITE).unwrap();
+
+    // The try under way (0: none yet) and the last one the poller has finished.
+    let (try_no, polled) = (AtomicU32::new(0), AtomicU32::new(0));
+    let (taken, done) = (AtomicU32::new(0), AtomicBool::new(false));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut tries = 0;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut out = Vec::new();
+            let mut last = 0;
+            while !done.load(Ordering::Acquire) {
+                let t = try_no.load(Ordering::Acquire);
+                if t == last {
+                    std::thread::sleep(Duration::from_micros(100));
+                    continue;
+                }
+                // Spin on the CQ (a READ completes nothing at its responder) until the
+                // requester has its completion.
+                let mut took = false;
+                while try_no.load(Ordering::Acquire) == t && !done.load(Ordering::Acquire) {
+                    let (n, received) = cq_b.poll_busy(&mut out, 1);
+                    assert_eq!(n, 0, "a READ completes nothing at its responder");
+                    took |= received;
+                    if polled.load(Ordering::Acquire) == t {
+                        break;
+                    }
+                }
+                taken.fetch_add(u32::from(took), Ordering::AcqRel);
+                last = t;
+            }
+        });
+        while taken.load(Ordering::Acquire) < TAKEN && Instant::now() < deadline {
+            tries += 1;
+            // Long enough idle for the responder's driver to fall asleep on the link.
+            std::thread::sleep(Duration::from_millis(5));
+            try_no.store(tries, Ordering::Release);
+            std::thread::sleep(Duration::from_micros(200));
+            qp_a.post_send(&wr::rdma_read(
+                u64::from(tries),
+                dst.sge(0, LEN),
+                src.addr(),
+                src.rkey(),
+            ))
+            .unwrap();
+            let wc = cq_a
+                .wait_one(Duration::from_secs(20))
+                .expect("the READ's completion");
+            assert_eq!((wc.wr_id, wc.status), (u64::from(tries), WcStatus::Success));
+            polled.store(tries, Ordering::Release);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        done.store(true, Ordering::Release);
+    });
+    let mut got = vec![0; LEN];
+    dst.read(0, &mut got).unwrap();
+    assert!(got == data, "the READ's data");
+    let took = taken.load(Ordering::Acquire);
+    eprintln!("{tries} READs, {took} requests taken in by a poll");
+    assert!(took > 0, "no poll took a READ request in, in {tries} tries");
+    assert_eq!(
+        (
+            counter(&a, "ack_timeouts"),
+            counter(&a, "completer_retry_err")
+        ),
+        (0, 0),
+        "READs stalled until the requester's timeout"
+    );
+}

@@ -178,6 +178,8 @@ impl Shared {
             // wakes it might sleep on: the caller took the frames that would have.
             if defer_answers && !self.wake.driver_asleep() {
                 self.wake.answers_pending.store(true, Ordering::Relaxed);
+            } else if defer_answers {
+                self.transmit_handing_on(&mut ep);
             } else {
                 self.transmit(&mut ep, TX_BATCH);
             }
@@ -250,7 +252,7 @@ impl Shared {
         // [`Shared::kick_post`].
         if (posts || (answer && answers)) && !self.tx_left_to_driver() {
             let mut ep = self.endpoint();
-            self.transmit(&mut ep, TX_BATCH);
+            self.transmit_handing_on(&mut ep);
             self.wake.arm_if_sooner(&ep);
         }
         n > 0
@@ -260,7 +262,24 @@ impl Shared {
     /// would lose it: a QP being destroyed takes its unsent ACKs with it.
     pub fn send_pending(&self, ep: &mut EndpointGuard<'_>) {
         if self.tx_pending() {
-            self.transmit(ep, TX_BATCH);
+            self.transmit_handing_on(ep);
+        }
+    }
+
+    /// One transmit batch from a thread other than the driver (a poller, an API call);
+    /// what a full batch may have left behind is the driver's, which is woken for it.
+    ///
+    /// Why: the rest of a READ's responses (1 MiB at MTU 1024 is 1,024 of them, eight
+    /// batches) has no frame or timer of its own to send it. A poller that took the
+    /// request in while the driver slept sent one batch, and the other seven waited
+    /// for whatever woke the driver next: the driver, woken by the same request, had
+    /// found the link already empty and slept on. A UCX rendezvous of 1 MiB
+    /// (`ucx_perftest -t tag_bw`, whose receiver READs the message) stalled 1.07 s in
+    /// about half the runs, until an unrelated timer fired.
+    fn transmit_handing_on(&self, ep: &mut EndpointGuard<'_>) {
+        let sent = self.transmit(ep, TX_BATCH);
+        if sent.filled >= TX_BATCH || sent.ring_full {
+            self.wake.wake();
         }
     }
 

@@ -77,6 +77,9 @@ run am_bw-ud-bcopy -x ud_verbs -t am_bw -D bcopy -s 512 -n 10000
 UCXENV=UCX_IB_GID_INDEX=0 run am_lat-ud-gid0 -x ud_verbs -t am_lat -s 8 -n 10000
 UCXENV=UCX_TLS=ud_verbs,self NODEV=1 run tag_lat-ucp-ud -t tag_lat -s 8 -n 10000
 UCXENV=UCX_TLS=rc,self NODEV=1 run tag_bw-ucp-rc-64k -t tag_bw -s 65536 -n 2000
+# 1 MiB goes by rendezvous: the receiver READs it, 1,024 responses at MTU 1024, more than one
+# transmit batch of the sender's, which polls meanwhile (tests/poll_mode.rs has the stall).
+UCXENV=UCX_TLS=rc,self NODEV=1 run tag_bw-ucp-rc-1m -t tag_bw -s 1048576 -n 200
 
 # UCP's client-server wire-up through rdma_cm (ferroce's librdmacm.so.1): Debian's io_demo,
 # whose server listens on a socket address (ucp_listener). UCX_SOCKADDR_TLS_PRIORITY=rdmacm
