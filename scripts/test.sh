@@ -25,6 +25,8 @@ command -v ibv_rc_pingpong >/dev/null 2>&1 || need_pkgs="$need_pkgs ibverbs-util
 [ -f /usr/include/rdma/rdma_cma.h ] || need_pkgs="$need_pkgs librdmacm-dev"
 command -v rping >/dev/null 2>&1 || need_pkgs="$need_pkgs rdmacm-utils"
 command -v ib_write_bw >/dev/null 2>&1 || need_pkgs="$need_pkgs perftest"
+# qperf's RC tests over rdma_cm (-cm1: its only way onto RoCE; tests/netns/rdmacm.sh).
+command -v qperf >/dev/null 2>&1 || need_pkgs="$need_pkgs qperf"
 # UCX's own tools on ferroce's library (tests/netns/ucx.sh).
 command -v ucx_perftest >/dev/null 2>&1 || need_pkgs="$need_pkgs ucx-utils"
 # Open MPI over UCX on ferroce's library, with an mpi4py program (tests/netns/mpi.sh).

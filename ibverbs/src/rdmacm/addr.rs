@@ -137,10 +137,18 @@ fn source_towards(dst: IpAddr) -> Result<IpAddr, c_int> {
 
 /// Binds the ID's state to `a` (port 0: one of the local range that no process listens
 /// on, on its device or any for a wildcard address; see `ferroce::cm::ports`).
+///
+/// A wildcard address opens every device now, though the ID stays on none: a listen that
+/// follows is then quick, as the kernel's is. Programs tell the peer their port between
+/// the bind and the listen (qperf 0.4.11 does, with `-cm1`), and the peer's request came
+/// while ferroce's listen was still opening devices (60 ms for two here): refused with
+/// reason 8 (no listener), or lost while no process of that host had the interface open.
 fn bind(st: &mut St, a: SocketAddr) -> Result<(), c_int> {
     let mut a = a;
     if !a.ip().is_unspecified() {
         st.dev = Some(devices::with_address(a.ip())?);
+    } else {
+        let _opened = devices::all();
     }
     if a.port() == 0 {
         let names: Vec<String> = match &st.dev {
