@@ -718,10 +718,15 @@ impl ConnectionManager {
         Ok(asked.is_some())
     }
 
-    /// Waits for the DREP to [`ConnectionManager::begin_disconnect`]'s DREQ.
+    /// Waits for the DREP to [`ConnectionManager::begin_disconnect`]'s DREQ: the
+    /// connection is over either way, and [`CmFailure::Unreachable`] says every resend of
+    /// the DREQ went unanswered (rdma_cm's DISCONNECTED carries -ETIMEDOUT then).
     pub fn wait_disconnected(&self, id: CommId, timeout: Duration) -> Result<(), CmFailure> {
         match self.inner.next_event(id, timeout) {
-            Some(CmEvent::Disconnected { .. }) => Ok(()),
+            Some(CmEvent::Disconnected { answered: true, .. }) => Ok(()),
+            Some(CmEvent::Disconnected {
+                answered: false, ..
+            }) => Err(CmFailure::Unreachable),
             // Both sides asked at once: answer it, and it is over.
             Some(CmEvent::DisconnectRequest { .. }) => {
                 self.inner.with_cm(|cm, now| cm.disconnect(now, id))?;
@@ -905,7 +910,7 @@ impl Inner {
                 | CmEvent::Rejected { id, .. }
                 | CmEvent::Unreachable { id }
                 | CmEvent::DisconnectRequest { id }
-                | CmEvent::Disconnected { id }
+                | CmEvent::Disconnected { id, .. }
                 | CmEvent::SidrReply { id, .. } => {
                     s.events.entry(*id).or_default().push_back(ev.clone())
                 }

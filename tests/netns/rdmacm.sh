@@ -21,6 +21,8 @@
 #                 listener gets it
 #   qperf         rc_lat, rc_bw, rc_rdma_read_bw, rc_fetch_add_mr with -cm1: its server
 #                 sends its port before it listens
+#   hang up       a server that exits, or destroys its event channel, with its connection
+#                 open: the client hears DISCONNECTED at once, status 0 (rdmacm_hangup.c)
 #   fork          a server and a client, children of fork() of a parent that has the
 #                 device open, connect and send (rdma_get_send_comp on rdma_cm's CQ)
 #   refused       a port nobody listens on: RDMA_CM_EVENT_REJECTED with IB's reason 8
@@ -180,6 +182,25 @@ figures=$(grep -cE '^ *(latency|bw|msg_rate) *= ' "$out/qperf.client")
 if [ $rc = 0 ] && [ "$figures" = 4 ]; then
   ok qperf-cm "$(grep -E '^ *(latency|bw|msg_rate) *= ' "$out/qperf.client" | tr -s ' ' | paste -sd ',')"
 else ko qperf-cm "client exit $rc, $figures of 4 figures" "$out/qperf.client" "$out/qperf.server"; fi
+
+# Connections a program leaves open: the server exits once connected, or destroys its
+# event channel after the client's DREQ, never rdma_disconnect or rdma_destroy_id on them
+# (qperf 0.4.11's server with -cm1 does the second). As the kernel, closing the program's
+# rdma_cm file, ends them: the client hears DISCONNECTED at once, status 0 (before: nothing
+# at all after an exit; after a destroyed channel its DREQ went unanswered, -ETIMEDOUT 5 s
+# later).
+hu=$out/rdmacm_hangup
+if cc -O1 -Wall -o "$hu" "$here/rdmacm_hangup.c" -lrdmacm -libverbs 2>"$out/hangup.cc"; then
+  for mode in exit channel; do
+    X $B "$hu" server 10.94.0.2 7481 $mode >"$out/hangup-$mode.server" 2>&1 & sp=$!
+    for _ in $(seq 1 100); do grep -q "^server listening$" "$out/hangup-$mode.server" && break; sleep 0.05; done
+    X $A "$hu" client 10.94.0.2 7481 $mode >"$out/hangup-$mode.client" 2>&1; rc=$?
+    wait $sp; src=$?
+    if [ $rc = 0 ] && [ $src = 0 ] && grep -q "^client RDMA_CM_EVENT_DISCONNECTED status 0$" "$out/hangup-$mode.client"; then
+      ok hangup-$mode "$(paste -sd ',' "$out/hangup-$mode.server"); the client heard DISCONNECTED, status 0"
+    else ko hangup-$mode "client exit $rc, server exit $src" "$out/hangup-$mode.client" "$out/hangup-$mode.server"; fi
+  done
+else ko hangup "cc failed" "$out/hangup.cc"; fi
 
 # Two servers on one port of one host: the second's rdma_listen fails with EADDRINUSE, as
 # rdma_cm's does, instead of both answering the client's request (each process runs a

@@ -197,7 +197,13 @@ fn a_connection_is_made_used_and_ended_through_time_wait() {
     assert_eq!(events(&mut p.b), [CmEvent::DisconnectRequest { id: b_id }]);
     p.b.disconnect(p.now, b_id).unwrap();
     p.deliver_all();
-    assert_eq!(events(&mut p.a), [CmEvent::Disconnected { id: a_id }]);
+    assert_eq!(
+        events(&mut p.a),
+        [CmEvent::Disconnected {
+            id: a_id,
+            answered: true
+        }]
+    );
     // Both sit in time-wait until it is over, then forget the connection.
     assert_eq!((p.a.connections(), p.b.connections()), (1, 1));
     p.tick();
@@ -327,7 +333,14 @@ fn an_unanswered_dreq_still_ends_in_time_wait() {
         p.tick();
         p.run(|_, _| false);
     }
-    assert_eq!(events(&mut p.a), [CmEvent::Disconnected { id: a_id }]);
+    // Said so: rdma_cm's DISCONNECTED carries -ETIMEDOUT for it.
+    assert_eq!(
+        events(&mut p.a),
+        [CmEvent::Disconnected {
+            id: a_id,
+            answered: false
+        }]
+    );
     assert_eq!(p.a.counters().tx_retries[5], 3);
     p.tick();
     assert_eq!(events(&mut p.a), [CmEvent::TimewaitExit { id: a_id }]);

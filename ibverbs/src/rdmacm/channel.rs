@@ -249,7 +249,10 @@ pub unsafe extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel 
 #[export_name = "__ferroce_rdma_destroy_event_channel"]
 pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_channel) {
     catch("rdma_destroy_event_channel", (), || {
-        drop(handles::remove(channel as *mut Channel, Kind::CmChannel));
+        // As closing rdma_cm's file: the connections of IDs still on it end.
+        if let Some(ch) = handles::remove(channel as *mut Channel, Kind::CmChannel) {
+            super::hang_up::channel_closed(&ch.events);
+        }
     })
 }
 

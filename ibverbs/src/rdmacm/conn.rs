@@ -594,6 +594,7 @@ pub unsafe extern "C" fn rdma_connect(
             }
             let mut st = sh.lock();
             st.conn = Some(conn.id);
+            super::hang_up::track(&sh);
             st.path = Some(path);
             st.awaiting_establish = qp.is_none();
             let kind = if qp.is_some() {
@@ -664,6 +665,7 @@ pub unsafe extern "C" fn rdma_accept(
                 };
                 st.conn = Some(conn.id);
                 drop(st);
+                super::hang_up::track(&sh);
                 let sh2 = sh.clone();
                 spawn("ferroce-rdma-accept", move || {
                     match dev.cm.wait_established(conn.id, ANSWER) {
@@ -741,8 +743,13 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
             return Ok(());
         }
         spawn("ferroce-rdma-disconnect", move || {
-            let _ = dev.cm.wait_disconnected(conn, DREP);
-            sh.post_disconnected();
+            // Unanswered: the peer is gone, or exited without a word (before ferroce's
+            // peers ended their connections on exit, see `hang_up`).
+            let status = match dev.cm.wait_disconnected(conn, DREP) {
+                Ok(()) => 0,
+                Err(_) => -libc::ETIMEDOUT,
+            };
+            sh.post_disconnected_status(status);
         })
     })
 }
@@ -902,8 +909,12 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
             }
             _ => {}
         }
-        if let (Some(conn), Some(d), false) = (st.conn, dev, st.closing || st.disconnected) {
-            // Destroyed while connected: the peer hears a DREQ, as from rdma_cm.
+        if let (Some(conn), Some(d), false) = (st.conn, dev, st.closing) {
+            // Destroyed while connected: the peer hears a DREQ, as from rdma_cm; destroyed
+            // after the peer's DREQ, unanswered (DISCONNECTED seen, rdma_disconnect never
+            // called), the DREP, as the kernel's CM sends it for an ID destroyed then.
+            // Before, the peer waited out its DREQ's resends (`hang_up`).
+            st.closing = true;
             std::thread::spawn(move || {
                 let _ = d.cm.disconnect(conn, Duration::from_secs(2));
             });

@@ -172,12 +172,18 @@ impl Shared {
 
     /// Posts DISCONNECTED once, whoever ends the connection first.
     pub(crate) fn post_disconnected(&self) {
+        self.post_disconnected_status(0);
+    }
+
+    /// [`Shared::post_disconnected`] with the event's status: -ETIMEDOUT when this
+    /// side's DREQ went unanswered, as from rdma_cm.
+    pub(crate) fn post_disconnected_status(&self, status: c_int) {
         let mut st = self.lock();
         if st.disconnected {
             return;
         }
         st.disconnected = true;
-        let e = Event::new(RDMA_CM_EVENT_DISCONNECTED, self.me, 0);
+        let e = Event::new(RDMA_CM_EVENT_DISCONNECTED, self.me, status);
         self.post_locked(&st, e);
     }
 }

@@ -18,6 +18,7 @@ mod channel;
 mod conn;
 mod devices;
 mod ep;
+mod hang_up;
 mod id;
 mod mcast;
 mod misc;

@@ -83,6 +83,10 @@ pub enum CmEvent {
     Disconnected {
         /// The connection.
         id: CommId,
+        /// Whether the peer answered (its DREP, or its own DREQ crossing this side's);
+        /// false when every resend of the DREQ went unanswered (rdma_cm's DISCONNECTED
+        /// then carries -ETIMEDOUT).
+        answered: bool,
     },
     /// Time-wait is over: the connection is forgotten.
     TimewaitExit {

@@ -510,7 +510,10 @@ impl Cm {
                 State::DreqSent => {
                     self.counters.timeouts += 1;
                     self.enter_timewait(now, id);
-                    self.events.push_back(CmEvent::Disconnected { id });
+                    self.events.push_back(CmEvent::Disconnected {
+                        id,
+                        answered: false,
+                    });
                 }
                 State::TimeWait => {
                     self.forget(id);
@@ -859,7 +862,8 @@ impl Cm {
             State::DreqSent => {
                 // Both ended at once: answer, and this side's DREQ is as good as answered.
                 self.answer_dreq(now, id);
-                self.events.push_back(CmEvent::Disconnected { id });
+                self.events
+                    .push_back(CmEvent::Disconnected { id, answered: true });
                 Ok(())
             }
             State::DreqRcvd | State::TimeWait => {
@@ -880,7 +884,8 @@ impl Cm {
         match c.state {
             State::DreqSent => {
                 self.enter_timewait(now, id);
-                self.events.push_back(CmEvent::Disconnected { id });
+                self.events
+                    .push_back(CmEvent::Disconnected { id, answered: true });
                 Ok(())
             }
             State::TimeWait => {
