@@ -251,7 +251,7 @@ pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_cha
     catch("rdma_destroy_event_channel", (), || {
         // As closing rdma_cm's file: the connections of IDs still on it end.
         if let Some(ch) = handles::remove(channel as *mut Channel, Kind::CmChannel) {
-            super::hang_up::channel_closed(&ch.events);
+            super::channel_closed(&ch.events);
         }
     })
 }

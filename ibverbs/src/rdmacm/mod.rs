@@ -34,6 +34,13 @@ fn device_removed(dev: &std::sync::Arc<devices::CmDevice>) {
     conn::device_removed(dev);
 }
 
+/// An event channel was destroyed: the connections of the IDs still on it end
+/// (`hang_up::channel_closed`). The channel (`channel`) raises it, and `hang_up`, which
+/// acts on it, uses `channel`: the call goes through here, above both.
+fn channel_closed(events: &std::sync::Arc<channel::Events>) {
+    hang_up::channel_closed(events);
+}
+
 crate::exports::versioned! {
     rdma_accept @ "RDMACM_1.0";
     rdma_ack_cm_event @ "RDMACM_1.0";
