@@ -35,6 +35,7 @@ mod qp_ex;
 mod query;
 mod rdmacm;
 mod srq;
+mod stats;
 mod strings;
 mod stubs;
 

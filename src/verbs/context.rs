@@ -313,6 +313,57 @@ impl Context {
         self.shared().link().qpn_blocks()
     }
 
+    /// How the device moves frames, as (what, choice): the link's I/O (`link`), its other
+    /// choices with their reasons (super-packet layout, the guard), the ICRC engine
+    /// (`icrc`). `--stats` and `devinfo -v` print the same list.
+    pub fn link_modes(&self) -> Vec<(&'static str, String)> {
+        let mut v = vec![("link", self.link_io().to_string())];
+        v.extend(self.link_details());
+        v.push(("icrc", self.icrc_engine()));
+        v
+    }
+
+    /// What `--stats` prints, one line each: [`Context::link_modes`], how writes leave,
+    /// same-host frames, the interface's users, and the non-zero [`Context::counters`]
+    /// (last, as `counters: name=value ...`). The CLI's commands and the C library
+    /// (`FERROCE_STATS`, `ferroce exec --stats`) print these lines.
+    pub fn stats_report(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .link_modes()
+            .into_iter()
+            .map(|(what, choice)| format!("{what}: {choice}"))
+            .collect();
+        if self.split_writes() {
+            lines.push("writes: split (each packet a WRITE ONLY of its own)".into());
+        }
+        if let Some(s) = self.link_same_host() {
+            lines.push(format!("same-host frames: {s}"));
+        }
+        if let Some(u) = self.link_users() {
+            let blocks: Vec<String> = self
+                .qpn_blocks()
+                .unwrap_or_default()
+                .iter()
+                .map(|b| format!("{b:#06x}"))
+                .collect();
+            lines.push(format!(
+                "interface users: processes={} qps={} (this process: pid={} qpn_blocks={})",
+                u.processes,
+                u.qps,
+                std::process::id(),
+                blocks.join(",")
+            ));
+        }
+        let c: Vec<String> = self
+            .counters()
+            .into_iter()
+            .filter(|(_, v)| *v != 0)
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        lines.push(format!("counters: {}", c.join(" ")));
+        lines
+    }
+
     /// Transport counters (named like rxe's hw_counters) and driver counters.
     pub fn counters(&self) -> Vec<(&'static str, u64)> {
         let mut v: Vec<(&'static str, u64)> = self.shared().endpoint().counters().iter().collect();

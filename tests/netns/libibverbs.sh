@@ -3,6 +3,7 @@
 # `ferroce exec`, between two network namespaces joined by a veth pair on this host (no
 # kernel RDMA module): ibv_devices and ibv_devinfo; ibv_rc_pingpong (sizes, -m 1024 and -m
 # 4096 at veth MTU 9000, -e, -c), ibv_uc/ud/srq_pingpong (uc and ud also with -e);
+# `ferroce exec --stats` (each end's counters on stderr at close);
 # perftest's ib_write_bw, ib_read_bw, ib_send_bw (RC and UD, UD also with -e), ib_atomic_bw,
 # ib_write_lat (RC and UC), ib_read_lat, ib_send_lat, ib_atomic_lat (fetch-and-add,
 # compare-and-swap); the
@@ -181,6 +182,25 @@ n=$(grep -c "^$want" "$e.server")
 if [ "$src" != 0 ] && [ "$src" != 124 ] && [ "$rc" != 0 ] && [ "$rc" != none ] && [ "$n" = 1 ] && grep -q 'Failed to modify QP to RTR' "$e.server"; then
   ok mtu-above-active "server exit $src: $(grep -h "^ferroce: path MTU" "$e.server")"
 else ko mtu-above-active "server exit $src, client exit $rc (124: timed out), $n lines '$want...' (expected 1)" "$e.server" "$e.client"; fi
+
+# `ferroce exec --stats` (FERROCE_STATS=1 for the library): each end prints its device's
+# report (as `--stats` elsewhere) when the program closes the device, tagged with the
+# device, its pid and "closed"; 100 round trips are at least 100 packets each way.
+e=$out/exec-stats
+ip netns exec $B timeout 30 "$F" exec --stats -- ibv_rc_pingpong -d $IB -g "$GB" -p 18543 -n 100 >"$e.server" 2>&1 &
+sp=$!
+if wait_port $B 18543 $sp; then
+  ip netns exec $A timeout 30 "$F" exec --stats -- ibv_rc_pingpong -d $IA -g "$GA" -p 18543 -n 100 $SERVER >"$e.client" 2>&1; rc=$?
+else rc=none; : >"$e.client"; fi
+wait $sp; src=$?
+# counter FILE DEVICE NAME: NAME's value in DEVICE's report at close (empty: none).
+counter() { sed -n "s/^ferroce: $2 (pid [0-9]*, closed): counters: \(.* \)\?$3=\([0-9]*\).*/\2/p" "$1" | head -1; }
+sa=$(counter "$e.client" $IA sent_pkts) ra=$(counter "$e.client" $IA rcvd_pkts)
+sb=$(counter "$e.server" $IB sent_pkts) rb=$(counter "$e.server" $IB rcvd_pkts)
+if [ "$rc" = 0 ] && [ "$src" = 0 ] && [ "${sa:-0}" -ge 100 ] && [ "${ra:-0}" -ge 100 ] && [ "${sb:-0}" -ge 100 ] && [ "${rb:-0}" -ge 100 ] &&
+   grep -q "^ferroce: $IA (pid [0-9]*, closed): link: " "$e.client"; then
+  ok exec-stats "client sent_pkts=$sa rcvd_pkts=$ra, server sent_pkts=$sb rcvd_pkts=$rb"
+else ko exec-stats "client exit $rc, server exit $src, counters client $sa/$ra server $sb/$rb" "$e.client" "$e.server"; fi
 
 # The two ends started on GIDs of different IP versions (the server on GID 0, its IPv6
 # link-local address; the client on IPv4): no packet could pass between them, so the

@@ -39,6 +39,7 @@ NIC or kernel RDMA module.
   ferroce exec -- ib_write_bw -d eth0 -x 1                (server)
   ferroce exec -- ib_write_bw -d eth0 -x 1 10.0.0.1       (client)
   ferroce exec -- rping -s -a 10.0.0.1 -v                 (rdma_cm: server)
+  ferroce exec --stats -- ib_write_bw -d eth0 -x 1        (counters on stderr at the end)
 
 Devices: one per Ethernet interface with an address, named after the interface, as
 `ferroce devices` lists them (-d IFACE). GID indexes (-g, -x): `ferroce devinfo -v`; an
@@ -68,6 +69,10 @@ where rdma-core's tests look for it.";
 
 #[derive(Debug, Args)]
 pub struct ExecArgs {
+    /// Print each device's counters to stderr (as `--stats` does elsewhere) when the
+    /// program closes it and when it exits: sets FERROCE_STATS=1 for the library.
+    #[arg(long)]
+    pub stats: bool,
     /// The program to run (searched on PATH) and its arguments.
     #[arg(
         value_name = "PROGRAM",
@@ -113,10 +118,12 @@ pub fn run(a: ExecArgs) -> Result<ExitCode, CliError> {
         // run as before; UCX does not see the devices.
         Err(e) => tracing::debug!("no device nodes for the program: {e}"),
     }
-    let err = std::process::Command::new(program)
-        .args(args)
-        .env("LD_LIBRARY_PATH", path)
-        .exec();
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args).env("LD_LIBRARY_PATH", path);
+    if a.stats {
+        cmd.env("FERROCE_STATS", "1");
+    }
+    let err = cmd.exec();
     let what = match err.kind() {
         ErrorKind::NotFound => "no such program: give a path or a program on PATH".to_string(),
         ErrorKind::PermissionDenied => "permission denied: is it an executable file?".to_string(),

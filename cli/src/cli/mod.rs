@@ -172,49 +172,16 @@ fn print_cm_stats(cm: &ferroce::cm::ConnectionManager) {
     eprintln!("cm: {}", v.join(" "));
 }
 
-/// How the device moves frames, as (what, choice): the link's I/O (`link`), its other
-/// choices with their reasons (super-packet layout, the guard), the ICRC engine (`icrc`).
-/// `--stats` and `devinfo -v` print the same list.
+/// How the device moves frames (see [`ferroce::verbs::Context::link_modes`]).
 fn link_modes(ctx: &ferroce::verbs::Context) -> Vec<(&'static str, String)> {
-    let mut v = vec![("link", ctx.link_io().to_string())];
-    v.extend(ctx.link_details());
-    v.push(("icrc", ctx.icrc_engine()));
-    v
+    ctx.link_modes()
 }
 
-/// `--stats`: the non-zero counters on one stderr line.
+/// `--stats`: the device's report (link, users, non-zero counters), a line each on stderr.
 fn print_stats(ctx: &ferroce::verbs::Context) {
-    let c: Vec<String> = ctx
-        .counters()
-        .into_iter()
-        .filter(|(_, v)| *v != 0)
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    for (what, choice) in link_modes(ctx) {
-        eprintln!("{what}: {choice}");
+    for line in ctx.stats_report() {
+        eprintln!("{line}");
     }
-    if ctx.split_writes() {
-        eprintln!("writes: split (each packet a WRITE ONLY of its own)");
-    }
-    if let Some(s) = ctx.link_same_host() {
-        eprintln!("same-host frames: {s}");
-    }
-    if let Some(u) = ctx.link_users() {
-        let blocks: Vec<String> = ctx
-            .qpn_blocks()
-            .unwrap_or_default()
-            .iter()
-            .map(|b| format!("{:#06x}", b))
-            .collect();
-        eprintln!(
-            "interface users: processes={} qps={} (this process: pid={} qpn_blocks={})",
-            u.processes,
-            u.qps,
-            std::process::id(),
-            blocks.join(",")
-        );
-    }
-    eprintln!("counters: {}", c.join(" "));
 }
 
 /// `--stats`: each QP's DCQCN state on one stderr line (nothing without congestion control).
