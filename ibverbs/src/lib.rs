@@ -16,6 +16,7 @@ mod context;
 mod cq;
 mod cq_ex;
 mod device;
+mod exit_hooks;
 mod exports;
 pub mod ffi;
 mod guard;

@@ -48,39 +48,23 @@ fn shared_open(name: &str, index: u32) -> Option<Context> {
 
 fn remember_open(name: &str, index: u32, c: &Context) {
     if crate::stats::enabled() {
-        static AT_EXIT: std::sync::Once = std::sync::Once::new();
-        AT_EXIT.call_once(|| {
-            // SAFETY: `report_at_exit` is an `extern "C" fn()` that does not unwind (it
-            // catches panics) and lives as long as the library, which is not unloaded
-            // while a program can still exit through it.
-            unsafe { libc::atexit(report_at_exit) };
-        });
+        crate::exit_hooks::add(report_at_exit);
     }
     let mut open = OPEN.lock();
     open.retain(|(n, _, w)| n != name && w.upgrade().is_some());
     open.push((name.to_string(), index, c.downgrade()));
 }
 
-/// `FERROCE_STATS`: the report of each device still open when the process exits. On a
-/// thread of its own: the exiting thread's thread-locals are gone by now.
-extern "C" fn report_at_exit() {
-    let _ = std::panic::catch_unwind(|| {
-        let t = std::thread::Builder::new()
-            .name("ferroce-stats".into())
-            .spawn(|| {
-                let open: Vec<Context> = OPEN
-                    .lock()
-                    .iter()
-                    .filter_map(|(_, _, w)| w.upgrade())
-                    .collect();
-                for c in open {
-                    crate::stats::report(&c, "at exit");
-                }
-            });
-        if let Ok(t) = t {
-            let _ = t.join();
-        }
-    });
+/// `FERROCE_STATS`: the report of each device still open when the process exits.
+fn report_at_exit() {
+    let open: Vec<Context> = OPEN
+        .lock()
+        .iter()
+        .filter_map(|(_, _, w)| w.upgrade())
+        .collect();
+    for c in open {
+        crate::stats::report(&c, "at exit");
+    }
 }
 
 #[export_name = "__ferroce_ibv_open_device"]

@@ -14,7 +14,7 @@
 //! destroying the channel ends nothing: the table here is a [`PerProcess`] one, which a
 //! child finds empty.
 
-use std::sync::{Arc, MutexGuard, Once, TryLockError, Weak};
+use std::sync::{Arc, MutexGuard, TryLockError, Weak};
 use std::time::Duration;
 
 use super::channel::Events;
@@ -26,13 +26,7 @@ static CONNECTED: PerProcess<Weak<Shared>> = PerProcess::new();
 
 /// Notes that `sh` has a connection now, to be ended with its channel or the process.
 pub(super) fn track(sh: &Arc<Shared>) {
-    static AT_EXIT: Once = Once::new();
-    AT_EXIT.call_once(|| {
-        // SAFETY: `at_exit` is an `extern "C" fn()` that does not unwind (it catches
-        // panics) and lives as long as the library, which is never unloaded (libibverbs
-        // is not dlclose'd while a program can still exit through it).
-        unsafe { libc::atexit(at_exit) };
-    });
+    crate::exit_hooks::add(at_exit);
     let mut t = CONNECTED.lock();
     // Bounded by the IDs alive: the dead go at each insertion.
     t.retain(|w| w.strong_count() > 0);
@@ -48,23 +42,13 @@ pub(super) fn channel_closed(events: &Arc<Events>) {
     }
 }
 
-/// The process exits: every connection still open ends. On a thread of its own: the
-/// exiting thread's thread-locals (the log's among them) are gone by now.
-extern "C" fn at_exit() {
-    let _ = std::panic::catch_unwind(|| {
-        let t = std::thread::Builder::new()
-            .name("ferroce-rdma-exit".into())
-            .spawn(|| {
-                for sh in live() {
-                    if let Some(st) = lock_soon(&sh) {
-                        end(st);
-                    }
-                }
-            });
-        if let Ok(t) = t {
-            let _ = t.join();
+/// The process exits: every connection still open ends.
+fn at_exit() {
+    for sh in live() {
+        if let Some(st) = lock_soon(&sh) {
+            end(st);
         }
-    });
+    }
 }
 
 fn live() -> Vec<Arc<Shared>> {
