@@ -87,8 +87,21 @@ fn storage_dst(u: &mut rdma_addr__bindgen_ty_2) -> &mut libc::sockaddr_storage {
 }
 
 /// Fills `cm_id->verbs`, `port_num` and `route.addr` from the ID's state.
+///
+/// An ID bound to a loopback address (127.0.0.0/8, ::1) and not yet resolved towards a
+/// destination shows no device, as a wildcard bind: it listens on `lo`'s device, but
+/// `cm_id->verbs` stays NULL. rdma_cm would refuse such a bind on a host whose RDMA
+/// devices are on its NICs (no device has a loopback GID), and libfabric's verbs provider
+/// counts on getting no device from it: it binds to "localhost" to learn which device a
+/// listener without an address would use, and on finding `lo`'s it dropped every other
+/// device, so `fi_info -p verbs` listed no MSG endpoint. Requests to the listener, and any
+/// ID resolved towards an address, get the device as before.
 pub(crate) fn fill(sh: &Shared, st: &mut St) {
-    let (src, dst, dev) = (st.src, st.dst, st.dev.clone());
+    let (src, dst) = (st.src, st.dst);
+    let dev = st
+        .dev
+        .clone()
+        .filter(|_| dst.is_some() || !src.is_some_and(|a| is_loopback(a.ip())));
     let Some(c) = sh.c(st) else { return };
     if let Some(d) = &dev {
         c.verbs = d.verbs();
@@ -112,6 +125,16 @@ pub(crate) fn fill(sh: &Shared, st: &mut St) {
     }
     if let Some(a) = dst {
         write_sockaddr(storage_dst(&mut c.route.addr.__bindgen_anon_2), a);
+    }
+}
+
+/// Whether `ip` is a loopback address (an IPv4-mapped one too).
+fn is_loopback(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_loopback(),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
     }
 }
 
