@@ -371,7 +371,7 @@ fn new_request(
     let Some(lc) = listen.c(&mut st) else {
         return refuse(dev, pending);
     };
-    let child = if listen.own_channel.is_some() {
+    let child = if listen.own_channel().is_some() {
         // A synchronous listener's requests are synchronous IDs too, each with a
         // channel of its own (their CONNECT_REQUEST still goes to the listener's).
         let Ok(ch) = super::channel::create() else {
@@ -858,7 +858,7 @@ pub unsafe extern "C" fn rdma_get_request(
         if id.is_null() {
             return Err(libc::EINVAL);
         }
-        let ch = l.shared.own_channel.ok_or(libc::EINVAL)?;
+        let ch = l.shared.own_channel().ok_or(libc::EINVAL)?;
         let (kind, status, child) = own_event(ch)?;
         match kind {
             RDMA_CM_EVENT_CONNECT_REQUEST => {}
@@ -921,7 +921,7 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         }
         drop(st);
         sh.events().forget(sh.me);
-        if let Some(ch) = sh.own_channel {
+        if let Some(ch) = sh.own_channel() {
             drop(handles::remove(
                 ch as *mut super::channel::Channel,
                 Kind::CmChannel,

@@ -2,6 +2,7 @@
 
 use std::ffi::{c_int, c_void};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use ferroce::cm::{Request, UdRequest};
@@ -46,8 +47,9 @@ pub(crate) struct Shared {
     pub me: usize,
     /// The channel's events (rdma_migrate_id moves the ID to another channel).
     events: std::sync::RwLock<Arc<Events>>,
-    /// The channel made for an ID created without one (rdma_cm's synchronous use).
-    pub own_channel: Option<usize>,
+    /// The channel made for an ID created without one (rdma_cm's synchronous use), 0 for
+    /// none: rdma_migrate_id moves an ID between the two uses.
+    own_channel: AtomicUsize,
     /// Its events handed out and not yet acknowledged.
     pub unacked: Arc<Unacked>,
     /// A listening ID's connect requests posted and not yet read.
@@ -134,6 +136,12 @@ fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
+    /// The channel made for this ID when it was created without one, while it is
+    /// synchronous: rdma_cm's calls on it wait for their own events there.
+    pub(crate) fn own_channel(&self) -> Option<usize> {
+        Some(self.own_channel.load(Ordering::Acquire)).filter(|&c| c != 0)
+    }
+
     pub(crate) fn lock(&self) -> MutexGuard<'_, St> {
         relock(&self.st)
     }
@@ -208,7 +216,7 @@ pub(crate) fn ret(r: Result<(), c_int>) -> c_int {
 /// For an ID without a channel of its own (synchronous rdma_cm): waits for the event
 /// the step just started and fails with its status unless it is `ok`.
 pub(crate) fn complete(sh: &Shared, ok: rdma_cm_event_type) -> Result<(), c_int> {
-    let Some(ch) = sh.own_channel else {
+    let Some(ch) = sh.own_channel() else {
         return Ok(());
     };
     let (kind, status, _) = own_event(ch)?;
@@ -292,7 +300,7 @@ pub(crate) fn create(
     let shared = Arc::new(Shared {
         me: 0,
         events: std::sync::RwLock::new(events),
-        own_channel,
+        own_channel: AtomicUsize::new(own_channel.unwrap_or(0)),
         unacked: Arc::default(),
         backlog: Arc::default(),
         st: Mutex::new(St {
@@ -369,26 +377,39 @@ pub unsafe extern "C" fn rdma_create_id(
     })
 }
 
+/// Moves an ID to `channel`, as rdma_cm's does: its unread events go with it. An ID made
+/// without a channel (synchronous) may move onto one, and its own channel goes (libfabric's
+/// verbs provider makes every ID that way, then moves it to its event queue's channel); an
+/// ID on a channel may become synchronous (a NULL `channel`), with a channel of its own
+/// made for it. A synchronous ID cannot move to NULL (EINVAL).
 #[export_name = "__ferroce_rdma_migrate_id"]
 pub unsafe extern "C" fn rdma_migrate_id(
     id: *mut rdma_cm_id,
     channel: *mut rdma_event_channel,
 ) -> c_int {
-    catch("rdma_migrate_id", -1, || {
-        // Onto another channel; not to synchronous use (a NULL channel), and not for an
-        // ID that has a channel of its own.
-        let (Some(cid), Some(ch)) = (id_of(id), channel_of(channel)) else {
-            set_errno(libc::EINVAL);
-            return -1;
-        };
+    api("rdma_migrate_id", || {
+        let cid = id_of(id).ok_or(libc::EINVAL)?;
         let sh = &cid.shared;
-        if sh.own_channel.is_some() {
-            set_errno(libc::EINVAL);
-            return -1;
+        let was_own = sh.own_channel();
+        if was_own.is_some() && was_own == Some(channel as usize) {
+            return Ok(());
         }
+        let (channel, own) = if channel.is_null() {
+            if was_own.is_some() {
+                return Err(libc::EINVAL);
+            }
+            let ch = channel::create()?;
+            (ch.cast::<rdma_event_channel>(), Some(ch as usize))
+        } else {
+            (channel, None)
+        };
+        let Some(ch) = channel_of(channel) else {
+            return Err(libc::EINVAL);
+        };
         let mut st = sh.lock();
         let old = sh.events();
         *sh.events.write().unwrap_or_else(PoisonError::into_inner) = ch.events.clone();
+        sh.own_channel.store(own.unwrap_or(0), Ordering::Release);
         if let Some(c) = sh.c(&mut st) {
             c.channel = channel;
         }
@@ -397,6 +418,15 @@ pub unsafe extern "C" fn rdma_migrate_id(
         for e in old.take_of(sh.me) {
             ch.events.post(e);
         }
-        0
+        // The channel made for a synchronous ID had nothing else on it. Dropped as the ID's
+        // destruction drops it, not as rdma_destroy_event_channel, which would end the
+        // ID's connection.
+        if let Some(was) = was_own {
+            drop(handles::remove(
+                was as *mut channel::Channel,
+                Kind::CmChannel,
+            ));
+        }
+        Ok(())
     })
 }

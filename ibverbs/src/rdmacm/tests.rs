@@ -262,11 +262,54 @@ fn migrate_id_moves_the_id_and_its_unread_events() {
         assert_eq!(rdma_get_cm_event(ch2, &mut e), 0);
         assert_eq!(((*e).event, (*e).id), (RDMA_CM_EVENT_ESTABLISHED, id));
         assert_eq!(rdma_ack_cm_event(e), 0);
-        assert_eq!(rdma_migrate_id(id, null_mut()), -1);
-        assert_eq!(errno(), libc::EINVAL);
         assert_eq!(rdma_destroy_id(id), 0);
         rdma_destroy_event_channel(ch1);
         rdma_destroy_event_channel(ch2);
+    }
+}
+
+#[test]
+fn migrate_id_moves_between_synchronous_use_and_a_channel() {
+    // SAFETY: valid calls on objects this test makes, and the handles they gave.
+    unsafe {
+        // Made without a channel (synchronous, as libfabric's verbs provider makes every
+        // ID), then moved onto one: its own channel goes, its unread event follows.
+        let mut id: *mut rdma_cm_id = null_mut();
+        assert_eq!(
+            rdma_create_id(null_mut(), &mut id, null_mut(), RDMA_PS_TCP),
+            0
+        );
+        let own = (*id).channel;
+        assert!(channel_of(own).is_some());
+        assert_eq!(rdma_migrate_id(id, null_mut()), -1, "already synchronous");
+        assert_eq!(errno(), libc::EINVAL);
+        channel_of(own).unwrap().events.post(Box::new(Event::new(
+            RDMA_CM_EVENT_ADDR_RESOLVED,
+            id as usize,
+            0,
+        )));
+        let ch = rdma_create_event_channel();
+        nonblocking((*ch).fd);
+        assert_eq!(rdma_migrate_id(id, ch), 0);
+        assert_eq!((*id).channel, ch);
+        assert!(channel_of(own).is_none(), "its own channel is gone");
+        assert!(id_of(id).unwrap().shared.own_channel().is_none());
+        let mut e: *mut rdma_cm_event = null_mut();
+        assert_eq!(rdma_get_cm_event(ch, &mut e), 0);
+        assert_eq!(((*e).event, (*e).id), (RDMA_CM_EVENT_ADDR_RESOLVED, id));
+        assert_eq!(rdma_ack_cm_event(e), 0);
+        assert_eq!(rdma_migrate_id(id, ch), 0, "onto the channel it is on");
+        assert_eq!((*id).channel, ch);
+
+        // And back: synchronous again, on a channel made for it.
+        assert_eq!(rdma_migrate_id(id, null_mut()), 0);
+        let own = (*id).channel;
+        assert!(!own.is_null() && own != ch);
+        assert_eq!(id_of(id).unwrap().shared.own_channel(), Some(own as usize));
+        assert!(!readable((*ch).fd));
+        assert_eq!(rdma_destroy_id(id), 0);
+        assert!(channel_of(own).is_none(), "destroyed with the ID");
+        rdma_destroy_event_channel(ch);
     }
 }
 
