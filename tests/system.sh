@@ -7,7 +7,8 @@
 #   libibverbs  unmodified ibverbs-utils and perftest binaries on ferroce's libibverbs.so.1
 #           (`ferroce exec`) between two network namespaces over veth, on this host
 #           (tests/netns/libibverbs.sh); UCX's ucx_info and ucx_perftest over rc_verbs
-#           (tests/netns/ucx.sh); Open MPI over UCX with ranks in two namespaces
+#           (tests/netns/ucx.sh); libfabric's fi_info and fi_pingpong over its verbs
+#           provider, MSG, RDM and DGRAM (tests/netns/libfabric.sh); Open MPI over UCX with ranks in two namespaces
 #           (tests/netns/mpi.sh); then rdma-core's own test suite on it
 #           (tests/rdma_core/run.sh); then many processes on one interface: server and
 #           client on one veth end and on lo (ferroce's tools and, on the library, Debian's
@@ -107,6 +108,8 @@ if (cd "$root" && cargo build --release --quiet -p ferroce-ibverbs --lib); then
   OUT=$out bash "$here/netns/libibverbs.sh" "$bin" | tee "$out/libibverbs.txt"
   step "UCX's ucx_info and ucx_perftest on ferroce's libibverbs"
   OUT=$out bash "$here/netns/ucx.sh" "$bin" | tee "$out/ucx.txt"
+  step "libfabric's verbs provider (fi_info, fi_pingpong) on ferroce's libraries"
+  OUT=$out bash "$here/netns/libfabric.sh" "$bin" | tee "$out/libfabric.txt"
   step "Open MPI over UCX on ferroce's libibverbs, ranks in two namespaces"
   OUT=$out bash "$here/netns/mpi.sh" "$bin" | tee "$out/mpi.txt"
   step "rdma-core's own test suite on ferroce's libibverbs"

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Open MPI (Debian's openmpi-bin, with mpi4py) over UCX on ferroce's libibverbs, between
+# Open MPI (Debian's openmpi-bin, with mpi4py) over UCX or libfabric on ferroce's libraries, between
 # two network namespaces standing in for two hosts: mpirun runs in mpi-a under
 # `ferroce exec` and starts its daemon in mpi-b as `ferroce exec -- orted` (its launch
 # agent) through tests/netns/mpi_agent.sh, an `ip netns exec` in place of ssh. tests/netns/mpi_check.py is the program: ping-pong between rank 0 (in
@@ -10,6 +10,8 @@
 #   mpi-ud          2 ranks, UCX_TLS=ud,self: everything over UD
 #   mpi-4-ranks     2 ranks per namespace, UCX_TLS=rc,sm,self: shared memory within a
 #                   namespace, RoCE between them
+#   mpi-ofi-rxm     2 ranks, --mca pml cm --mca mtl ofi, FI_PROVIDER='verbs;ofi_rxm':
+#                   libfabric's verbs provider in place of UCX (RC connections by rdma_cm)
 # Each PASSes on rank 0's lines all ok, ranks in both namespaces on ferroce's library,
 # mpirun's exit 0, and the echoed ping-pong data (34 MB) counted in mpi-a's eth1 rx_bytes:
 # it crossed the veth, not shared memory.
@@ -32,14 +34,16 @@ nsa=$(ip netns exec $A readlink /proc/self/ns/net) nsb=$(ip netns exec $B readli
 lib=$(cd "$(dirname "$F")" && pwd)/libibverbs.so
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-# NAME NP UCX_TLS: mpirun in A with NP ranks, half of them in each namespace.
+# NAME NP UCX_TLS: mpirun in A with NP ranks, half of them in each namespace, with the
+# PML (MCA arguments) given: UCX's unless the caller sets another.
+PML=(--mca pml ucx)
 run() {
   local name=$1 np=$2 tls=$3 e=$out/$1
   printf 'localhost slots=%s\n%s slots=%s\n' $((np / 2)) $B $((np / 2)) >"$out/hosts"
   local rx0; rx0=$(ip netns exec $A cat /sys/class/net/$IF/statistics/rx_bytes)
   ip netns exec $A timeout 120 "$F" exec -- mpirun --hostfile "$out/hosts" -np "$np" \
     --mca plm_rsh_agent "$here/mpi_agent.sh" --launch-agent "$F exec -- orted" \
-    --mca pml ucx --mca btl ^openib,uct,tcp \
+    "${PML[@]}" --mca btl ^openib,uct,tcp \
     -x UCX_TLS="$tls" /usr/bin/python3 "$here/mpi_check.py" >"$e" 2>&1; local rc=$?
   local rx=$(($(ip netns exec $A cat /sys/class/net/$IF/statistics/rx_bytes) - rx0))
   local ranks_a ranks_b results bads
@@ -58,6 +62,8 @@ run() {
 run mpi-rc 2 rc,self
 run mpi-ud 2 ud,self
 run mpi-4-ranks 4 rc,sm,self
+PML=(--mca pml cm --mca mtl ofi -x "FI_PROVIDER=verbs;ofi_rxm")
+run mpi-ofi-rxm 2 rc,self
 
 echo "mpi: $pass passed, $fail failed"
 [ $fail = 0 ]
