@@ -50,6 +50,52 @@ fn rnr_retry_then_success() {
     );
 }
 
+/// An RDMA WRITE with immediate takes its receive WQE at its last packet: with none
+/// posted, that packet gets the RNR NAK, and its resend after the wait is taken as the
+/// same request, for a one-packet WRITE (WRITE ONLY, whose RNR once left the responder
+/// inside the WRITE it had begun: the resend was refused as an invalid request, both QPs
+/// went to error) and a three-packet one (the resend is the LAST).
+#[test]
+fn rnr_on_a_write_with_immediate_then_success() {
+    for (seed, len) in [(13, 100u32), (14, 600)] {
+        let mut sim = Sim::new(seed, 2, false);
+        let (a, b) = connect(&mut sim, 0, 1, &small_mtu());
+        let src = mr(&mut sim, a, pattern(2, len as usize));
+        let dst = mr(&mut sim, b, vec![0; len as usize]);
+        let mut w = send_wr(1, WrOpcode::RdmaWriteWithImm, vec![sge(&src, 0, len)]);
+        w.remote_addr = dst.addr;
+        w.rkey = dst.rkey;
+        w.imm_data = 0x1234_5678;
+        sim.nodes[0].post_send(sim.now, a.qpn, &w).unwrap();
+        sim.run_until(Duration::from_millis(1), |s| {
+            s.nodes[0].counters().rcvd_rnr_err >= 2
+        });
+        assert!(sim.nodes[1].counters().send_rnr_err >= 2, "{len} B");
+        assert!(drain_cq(&mut sim, a).is_empty(), "{len} B");
+        post_recv(&mut sim, b, 7, vec![]);
+        let wa = wait_wcs(&mut sim, a, 1);
+        assert_ok(&wa);
+        let wb = wait_wcs(&mut sim, b, 1);
+        assert_ok(&wb);
+        assert_eq!((wb[0].wr_id, wb[0].imm_data), (7, 0x1234_5678), "{len} B");
+        assert_eq!(wb[0].byte_len, len, "{len} B");
+        assert_eq!(
+            sim.nodes[1].counters().naks_sent,
+            sim.nodes[1].counters().send_rnr_err,
+            "{len} B: only RNR NAKs"
+        );
+        assert_eq!(
+            sim.nodes[1].mr_bytes(dst.lkey).unwrap(),
+            &pattern(2, len as usize)[..]
+        );
+        assert_eq!(
+            sim.nodes[0].qp_state(a.qpn).unwrap(),
+            QpState::Rts,
+            "{len} B"
+        );
+    }
+}
+
 #[test]
 fn rnr_retry_exceeded_fails_and_flushes() {
     let mut sim = Sim::new(11, 2, false);

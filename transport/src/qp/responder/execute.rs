@@ -167,8 +167,19 @@ impl Qp {
     fn execute_write(&mut self, ctx: &mut Ctx<'_>, rx: &Rx<'_>) -> Result<(), Refuse> {
         let pos = rx.bth.opcode.position();
         let end = matches!(pos, Position::Last | Position::Only);
-        if matches!(pos, Position::First | Position::Only) {
+        let starts = matches!(pos, Position::First | Position::Only);
+        if starts {
             self.qp_allows(Access::REMOTE_WRITE)?;
+        }
+        // WRITE with immediate consumes a receive WQE at its last packet: with none, the
+        // RNR NAK comes before anything changes (rxe checks resources after the QP's
+        // access and before the R_Key too), so that the packet's resend finds the
+        // responder as this one did. A WRITE ONLY begun here before the NAK made its
+        // resend look like a new WRITE inside the one begun: an invalid request.
+        if end && rx.ext.immdt.is_some() && !self.has_recv(ctx) {
+            return Err(Refuse::Rnr);
+        }
+        if starts {
             let reth = rx.ext.reth.ok_or(INVALID_REQUEST)?;
             if reth.dma_len > MAX_DMA_LEN {
                 ctx.counters.rx_dma_len_too_long += 1;
@@ -203,10 +214,6 @@ impl Qp {
         let n = rx.payload.len() as u32;
         if n > resid || (end && n != resid) {
             return Err(INVALID_REQUEST);
-        }
-        // WRITE with immediate consumes a receive WQE: check before placing data.
-        if end && rx.ext.immdt.is_some() && !self.has_recv(ctx) {
-            return Err(Refuse::Rnr);
         }
         if n > 0 {
             let at = va.wrapping_add(u64::from(total - resid));
