@@ -59,8 +59,33 @@ impl EventFd {
         }
     }
 
-    /// Takes one wake-up if there is one, without blocking even on a blocking descriptor.
+    /// Takes one wake-up if there is one, without blocking even on a blocking descriptor
+    /// that another thread reads too: one read with `RWF_NOWAIT` (eventfd honours it
+    /// since Linux 5.10). A poll then a read would block when another thread took the
+    /// last wake-up between the two, and a caller holding a lock that thread needs next
+    /// (rdma_cm's event queue) would never wake. Kernels without it get that poll and
+    /// read.
     pub fn try_take(&self) -> io::Result<bool> {
+        let mut v: u64 = 0;
+        let iov = libc::iovec {
+            iov_base: (&mut v as *mut u64).cast(),
+            iov_len: 8,
+        };
+        loop {
+            // SAFETY: one iovec over a live u64 of the 8 bytes eventfd requires; offset
+            // -1 is the file position, which an eventfd ignores.
+            let n = unsafe { libc::preadv2(self.fd.as_raw_fd(), &iov, 1, -1, libc::RWF_NOWAIT) };
+            if n == 8 {
+                return Ok(true);
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EAGAIN) => return Ok(false),
+                Some(libc::EINTR) => continue,
+                Some(libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS) => break,
+                _ => return Err(e),
+            }
+        }
         if poll_readable(&[self.fd.as_raw_fd()], Some(std::time::Duration::ZERO))? == 0 {
             return Ok(false);
         }
@@ -122,4 +147,25 @@ pub fn poll_readable(fds: &[RawFd], timeout: Option<std::time::Duration>) -> io:
         .enumerate()
         .filter(|(_, p)| p.revents != 0)
         .fold(0, |m, (i, _)| m | 1 << i))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn try_take_takes_one_wake_up_each_and_never_blocks() {
+        let fd = EventFd::semaphore().unwrap();
+        assert!(
+            !fd.try_take().unwrap(),
+            "none yet: false, not a blocked read"
+        );
+        fd.wake();
+        fd.wake();
+        assert!(fd.try_take().unwrap());
+        assert!(fd.try_take().unwrap());
+        assert!(!fd.try_take().unwrap());
+        fd.wake();
+        assert_eq!(fd.take().unwrap(), 1, "what try_take left is there to read");
+    }
 }

@@ -164,19 +164,21 @@ impl Events {
         self.fd.wake();
     }
 
-    /// Blocks (unless the program made the fd non-blocking) for the next event.
+    /// Blocks (unless the program made the fd non-blocking) for the next event, counted
+    /// among its ID's events handed out before it leaves the queue: `forget` then
+    /// `Unacked::wait` (rdma_destroy_id) either takes an event back or waits for it.
     fn next(&self) -> Result<Box<Event>, c_int> {
         loop {
             self.fd
                 .take()
                 .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
-            let e = self
-                .queue
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .pop_front();
+            let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
             // None: `forget` took this count's event away meanwhile; wait for the next.
-            if let Some(mut e) = e {
+            if let Some(mut e) = q.pop_front() {
+                if let Some(u) = &e.unacked {
+                    u.add(1);
+                }
+                drop(q);
                 e.slot = None; // read: its backlog place is free
                 return Ok(e);
             }
@@ -274,9 +276,6 @@ pub unsafe extern "C" fn rdma_get_cm_event(
         let events = ch.events.clone();
         match events.next() {
             Ok(e) => {
-                if let Some(u) = &e.unacked {
-                    u.add(1);
-                }
                 let p = handles::insert(e, Kind::CmEvent);
                 // SAFETY: `event` is non-NULL, and the caller's to write (the API's contract).
                 unsafe { *event = p.cast() };

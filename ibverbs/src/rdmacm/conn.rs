@@ -889,9 +889,6 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         };
         tracing::debug!(?id, "rdma_destroy_id");
         let sh = b.shared.clone();
-        // As rdma_cm's: the events of the ID already handed out are acknowledged first
-        // (bounded here, for a program that never acknowledges).
-        sh.unacked.wait(Duration::from_secs(5));
         let mut st = sh.lock();
         st.alive = false;
         let port = st.src.map_or(0, |a| a.port());
@@ -920,7 +917,12 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
             });
         }
         drop(st);
+        // As rdma_cm's (which ends the ID in the kernel, then waits for the events the
+        // kernel reported): no event is posted about it now (`alive`), those unread go, and
+        // those handed out are acknowledged first (bounded here, for a program that never
+        // acknowledges). An event taken meanwhile was counted as it left the queue.
         sh.events().forget(sh.me);
+        sh.unacked.wait(Duration::from_secs(5));
         if let Some(ch) = sh.own_channel() {
             drop(handles::remove(
                 ch as *mut super::channel::Channel,

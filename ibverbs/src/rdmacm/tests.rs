@@ -341,6 +341,78 @@ fn destroy_id_waits_for_its_events_to_be_acknowledged() {
     }
 }
 
+/// rdma_destroy_id never returns while an event of the ID is in the program's hands: an
+/// event the program's event thread takes while the ID is being destroyed is waited for,
+/// as one taken before. (The count of events handed out was raised after the event left
+/// the queue, so a destroy in between neither found it queued nor waited for it: Debian's
+/// rping then handled DISCONNECTED after its main thread had destroyed the ID and the
+/// channel, and its next rdma_get_cm_event failed with EINVAL.) Each of the 5000 rounds
+/// races the two threads; before the fix about one round in a few thousand returned early.
+#[test]
+fn destroy_id_waits_for_an_event_taken_while_it_runs() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    // Before its fix, taking the count of an event back could block on the channel's
+    // eventfd while holding the queue the event thread waited for: a hang, which this
+    // watchdog makes a failure.
+    let finished = Arc::new(AtomicBool::new(false));
+    let done = finished.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(60));
+        if !done.load(Ordering::SeqCst) {
+            eprintln!("destroy_id_waits_for_an_event_taken_while_it_runs: hung for 60 s");
+            std::process::abort();
+        }
+    });
+    let mut early = 0;
+    for _ in 0..5000 {
+        // SAFETY: valid calls on objects this test makes; each event acknowledged once.
+        unsafe {
+            let (ch, id) = channel_and_id();
+            let mut other: *mut rdma_cm_id = null_mut();
+            assert_eq!(rdma_create_id(ch, &mut other, null_mut(), RDMA_PS_TCP), 0);
+            let acked = Arc::new(AtomicBool::new(false));
+            let (flag, chp, idp) = (acked.clone(), ch as usize, id as usize);
+            let t = std::thread::spawn(move || {
+                let mut e: *mut rdma_cm_event = null_mut();
+                assert_eq!(rdma_get_cm_event(chp as *mut _, &mut e), 0);
+                let mine = (*e).id as usize == idp;
+                if mine {
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                    flag.store(true, Ordering::SeqCst);
+                }
+                assert_eq!(rdma_ack_cm_event(e), 0);
+                mine
+            });
+            std::thread::yield_now();
+            assert!(id_of(id).unwrap().shared.post(Event::new(
+                RDMA_CM_EVENT_DISCONNECTED,
+                id as usize,
+                0
+            )));
+            assert_eq!(rdma_destroy_id(id), 0);
+            let acked_when_destroyed = acked.load(Ordering::SeqCst);
+            // Wakes the thread if the destroy took the event back unread.
+            assert!(id_of(other).unwrap().shared.post(Event::new(
+                RDMA_CM_EVENT_ESTABLISHED,
+                other as usize,
+                0
+            )));
+            let got_it = t.join().unwrap();
+            if got_it && !acked_when_destroyed {
+                early += 1;
+            }
+            assert_eq!(rdma_destroy_id(other), 0);
+            rdma_destroy_event_channel(ch);
+        }
+    }
+    finished.store(true, Ordering::SeqCst);
+    assert_eq!(
+        early, 0,
+        "destroys that returned with the ID's event unacknowledged"
+    );
+}
+
 #[test]
 fn a_listen_backlog_bounds_unread_requests_until_they_are_read() {
     use std::sync::Arc;
