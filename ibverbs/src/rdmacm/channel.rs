@@ -236,6 +236,13 @@ pub(crate) fn create() -> Result<*mut Channel, c_int> {
     ))
 }
 
+/// Frees the channel made for a synchronous ID (`ch`), which nothing else uses: when the
+/// ID goes or moves onto a program's channel. Not as rdma_destroy_event_channel, which
+/// would end the connections of the IDs on it.
+pub(crate) fn release_own(ch: usize) {
+    drop(handles::remove(ch as *mut Channel, Kind::CmChannel));
+}
+
 #[export_name = "__ferroce_rdma_create_event_channel"]
 pub unsafe extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
     catch(

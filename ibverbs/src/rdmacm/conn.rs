@@ -924,10 +924,7 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         sh.events().forget(sh.me);
         sh.unacked.wait(Duration::from_secs(5));
         if let Some(ch) = sh.own_channel() {
-            drop(handles::remove(
-                ch as *mut super::channel::Channel,
-                Kind::CmChannel,
-            ));
+            super::channel::release_own(ch);
         }
         drop(b);
         0

@@ -391,7 +391,7 @@ pub unsafe extern "C" fn rdma_migrate_id(
         let cid = id_of(id).ok_or(libc::EINVAL)?;
         let sh = &cid.shared;
         let was_own = sh.own_channel();
-        if was_own.is_some() && was_own == Some(channel as usize) {
+        if was_own == Some(channel as usize) {
             return Ok(());
         }
         let (channel, own) = if channel.is_null() {
@@ -418,14 +418,8 @@ pub unsafe extern "C" fn rdma_migrate_id(
         for e in old.take_of(sh.me) {
             ch.events.post(e);
         }
-        // The channel made for a synchronous ID had nothing else on it. Dropped as the ID's
-        // destruction drops it, not as rdma_destroy_event_channel, which would end the
-        // ID's connection.
         if let Some(was) = was_own {
-            drop(handles::remove(
-                was as *mut channel::Channel,
-                Kind::CmChannel,
-            ));
+            channel::release_own(was);
         }
         Ok(())
     })
