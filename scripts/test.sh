@@ -7,7 +7,7 @@
 # Needs: the Rust toolchain (cargo), and root or sudo for apt-get on a machine without
 # tshark (Debian package `tshark`, the independent decoder the wire tests compare against),
 # a font for the DCQCN plot (`fonts-dejavu-core`), or rdma-core's libibverbs-dev,
-# ibverbs-utils, librdmacm-dev, rdmacm-utils and perftest, ucx-utils, libfabric-bin, openmpi-bin and python3-mpi4py (the C ABI's
+# ibverbs-utils, librdmacm-dev, rdmacm-utils and perftest, ucx-utils, libfabric-bin, iperf3, openmpi-bin and python3-mpi4py (the C ABI's
 # tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +31,8 @@ command -v qperf >/dev/null 2>&1 || need_pkgs="$need_pkgs qperf"
 command -v ucx_perftest >/dev/null 2>&1 || need_pkgs="$need_pkgs ucx-utils"
 # libfabric's fi_info and fi_pingpong on ferroce's library (tests/netns/libfabric.sh).
 command -v fi_pingpong >/dev/null 2>&1 || need_pkgs="$need_pkgs libfabric-bin"
+# iperf3 under rdma-core's librspreload.so, all its sockets rsockets (tests/netns/rsocket.sh).
+command -v iperf3 >/dev/null 2>&1 || need_pkgs="$need_pkgs iperf3"
 # Open MPI over UCX on ferroce's library, with an mpi4py program (tests/netns/mpi.sh).
 command -v mpirun >/dev/null 2>&1 || need_pkgs="$need_pkgs openmpi-bin"
 /usr/bin/python3 -c 'import mpi4py' 2>/dev/null || need_pkgs="$need_pkgs python3-mpi4py"

@@ -18,7 +18,8 @@
 #           ferroce's connection manager on QP1, `ferroce ucmatose` between two namespaces,
 #           within one, on lo, and refused ports (tests/netns/cm.sh); Debian's rping,
 #           ucmatose, udaddy, rdma_server/rdma_client and perftest's -R on ferroce's
-#           librdmacm.so.1 (tests/netns/rdmacm.sh); `ferroce probe conformance`
+#           librdmacm.so.1 (tests/netns/rdmacm.sh); rsockets: rstream, rcopy, and iperf3
+#           under librspreload.so (tests/netns/rsocket.sh); `ferroce probe conformance`
 #           and `ferroce probe fuzz` against ferroce's own servers (tests/probe/{conformance,fuzz}.sh ferroce)
 #   dcqcn   two ferroce flows through a router namespace's htb + RED ECN bottleneck, DCQCN
 #           on and off: utilisation, fairness, marks not drops (tests/dcqcn/run.sh)
@@ -29,8 +30,8 @@
 #           both ways (tests/interop/rxe_cm.sh); the same
 #           ibv_*_pingpong and perftest binaries on both sides, on ferroce's libibverbs
 #           (`ferroce exec`) and on rxe, both roles (tests/interop/rxe_libibverbs.sh);
-#           Debian's rping, ucmatose, udaddy and perftest's -R on ferroce's librdmacm and
-#           on rxe's rdma_cm, both roles (tests/interop/rxe_rdmacm.sh);
+#           Debian's rping, ucmatose, udaddy, rstream and perftest's -R on ferroce's
+#           librdmacm and on rxe's rdma_cm, both roles (tests/interop/rxe_rdmacm.sh);
 #           rdma-core's own test suite on rxe and on ferroce's libibverbs, side by side:
 #           a FAIL where a test passes on rxe and fails on ferroce (tests/interop/rxe_rdma_core.sh);
 #           `ferroce probe conformance` and a short `ferroce probe fuzz` against Debian's
@@ -124,6 +125,8 @@ if (cd "$root" && cargo build --release --quiet -p ferroce-ibverbs --lib); then
   OUT=$out bash "$here/probe/fuzz.sh" "$bin" ferroce 30 | tee "$out/probe-fuzz-ferroce.txt"
   step "unmodified rdma_cm programs on ferroce's librdmacm.so.1: two hosts, one host, lo"
   OUT=$out bash "$here/netns/rdmacm.sh" "$bin" | tee "$out/rdmacm.txt"
+  step "rsockets (rstream, rcopy, iperf3 under librspreload.so) on ferroce's librdmacm.so.1"
+  OUT=$out bash "$here/netns/rsocket.sh" "$bin" | tee "$out/rsocket.txt"
 else
   echo "FAIL libibverbs: cargo build --release -p ferroce-ibverbs failed" | tee "$out/libibverbs.txt"
 fi

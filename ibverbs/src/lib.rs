@@ -35,6 +35,7 @@ mod qp;
 mod qp_ex;
 mod query;
 mod rdmacm;
+mod rsocket;
 mod srq;
 mod stats;
 mod strings;

@@ -217,36 +217,12 @@ core::arch::global_asm!(
     ".symver __ferroce_d_verbs_allow_disassociate_destroy, verbs_allow_disassociate_destroy@@IBVERBS_PRIVATE_34",
 );
 
-// librdmacm's calls ferroce does not offer: rsockets, multicast, SRQs made by rdma_cm,
-// ECE.
+// librdmacm's calls ferroce does not offer: rsockets' zero-copy maps (riomap, riowrite;
+// the rest of rsockets is `crate::rsocket`), SRQs made by rdma_cm, ECE.
 stubs! {
-    minus1 raccept @ "RDMACM_1.0";
-    minus1 rbind @ "RDMACM_1.0";
-    minus1 rclose @ "RDMACM_1.0";
-    minus1 rconnect @ "RDMACM_1.0";
-    minus1 rfcntl @ "RDMACM_1.0";
-    minus1 rgetpeername @ "RDMACM_1.0";
-    minus1 rgetsockname @ "RDMACM_1.0";
-    minus1 rgetsockopt @ "RDMACM_1.0";
     minus1l riomap @ "RDMACM_1.0";
     minus1 riounmap @ "RDMACM_1.0";
     minus1l riowrite @ "RDMACM_1.0";
-    minus1 rlisten @ "RDMACM_1.0";
-    minus1 rpoll @ "RDMACM_1.0";
-    minus1l rread @ "RDMACM_1.0";
-    minus1l rreadv @ "RDMACM_1.0";
-    minus1l rrecv @ "RDMACM_1.0";
-    minus1l rrecvfrom @ "RDMACM_1.0";
-    minus1l rrecvmsg @ "RDMACM_1.0";
-    minus1 rselect @ "RDMACM_1.0";
-    minus1l rsend @ "RDMACM_1.0";
-    minus1l rsendmsg @ "RDMACM_1.0";
-    minus1l rsendto @ "RDMACM_1.0";
-    minus1 rsetsockopt @ "RDMACM_1.0";
-    minus1 rshutdown @ "RDMACM_1.0";
-    minus1 rsocket @ "RDMACM_1.0";
-    minus1l rwrite @ "RDMACM_1.0";
-    minus1l rwritev @ "RDMACM_1.0";
     minus1 rdma_create_srq @ "RDMACM_1.0";
     minus1 rdma_create_srq_ex @ "RDMACM_1.0";
     void rdma_destroy_srq @ "RDMACM_1.0";

@@ -7,6 +7,7 @@
 #                (-V), 64 B and 10000 B; and with -q, each program's QP its own (brought
 #                up with rdma_init_qp_attr, the connection made without a QP on the ID)
 #   ucmatose     SENDs both ways over one connection, then the disconnect
+#   rstream      rsockets: 64 KiB blocking and 1 MiB through rpoll, data verified
 #   udaddy       UD datagrams both ways, the service found with SIDR
 #   mckey        multicast: 10 SENDs to a group, the receiver on one side, the sender on
 #                the other
@@ -105,6 +106,17 @@ for role in rs fs; do
      grep -q "return status 0" "$s" && grep -q "return status 0" "$c"; then
     ok $name "SENDs both ways, disconnected"
   else ko $name "exit codes or status lines" "$s" "$c"; fi
+  # rsockets: rdma-core's own on rxe against ferroce's, checked data both ways (-T v),
+  # blocking 64 KiB transfers and 1 MiB ones through rpoll (each larger than the 128 KiB
+  # rings: many credit updates and published buffers each way).
+  for t in "65536 100 b" "1048576 10 a"; do
+    set -- $t
+    name=rstream-$role-S$1-T$3
+    if pair $name $role rstream -b "$a" -S $1 -C $2 -T $3 -T v -- rstream -s "$a" -S $1 -C $2 -T $3 -T v &&
+       line=$(grep -E '^custom ' "$c") && ! grep -qi 'error\|fail' "$s" "$c"; then
+      ok $name "$(echo "$line" | tr -s ' ')"
+    else ko $name "exit codes or no result line" "$s" "$c"; fi
+  done
   name=udaddy-$role
   if pair $name $role udaddy -- udaddy -s "$a" &&
      grep -q "data transfers complete" "$s" && grep -q "data transfers complete" "$c"; then

@@ -27,6 +27,17 @@ mod qp;
 #[cfg(test)]
 mod tests;
 
+// The rdma_cm calls rsockets are made of (`crate::rsocket`), as a C program calls them.
+pub(crate) use addr::{rdma_bind_addr, rdma_resolve_addr, rdma_resolve_route};
+pub(crate) use channel::{
+    rdma_ack_cm_event, rdma_create_event_channel, rdma_destroy_event_channel, rdma_get_cm_event,
+};
+pub(crate) use conn::{
+    rdma_accept, rdma_connect, rdma_destroy_id, rdma_disconnect, rdma_listen, rdma_reject,
+};
+pub(crate) use id::{last_errno, rdma_create_id, rdma_migrate_id};
+pub(crate) use qp::{rdma_create_qp, rdma_destroy_qp};
+
 /// A device's interface went away: the connections on it hear of it
 /// (`conn::device_removed`). The device (`devices`) raises it, and `conn`, which acts on
 /// it, uses `devices`: the call goes through here, above both.
