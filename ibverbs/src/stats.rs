@@ -11,6 +11,12 @@ use std::sync::OnceLock;
 
 use ferroce::verbs::Context;
 
+/// `rsocket_protocol_errors`: connections this process's rsockets ended for a peer that
+/// broke their protocol (src/rsocket/flow.rs). Kept here, which rsockets count into, so
+/// that this module reports it without importing rsockets (the layering test).
+pub(crate) static RSOCKET_PROTOCOL_ERRORS: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(0);
+
 /// Whether `FERROCE_STATS` asks for reports (set, and neither empty nor `0`).
 pub(crate) fn enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
@@ -22,8 +28,13 @@ pub(crate) fn enabled() -> bool {
 pub(crate) fn report(ctx: &Context, when: &str) {
     let name = &ctx.attr().name;
     let pid = std::process::id();
-    let text: String = ctx
-        .stats_report()
+    let mut lines = ctx.stats_report();
+    let rs = RSOCKET_PROTOCOL_ERRORS.load(std::sync::atomic::Ordering::Relaxed);
+    if rs > 0 {
+        // Process-wide, on each device's report.
+        lines.push(format!("rsocket: rsocket_protocol_errors={rs}"));
+    }
+    let text: String = lines
         .iter()
         .map(|l| format!("ferroce: {name} (pid {pid}, {when}): {l}\n"))
         .collect();

@@ -10,6 +10,8 @@
 #   preload       iperf3 (server and client) under librspreload.so: every TCP socket
 #                 of the program an rsocket (its control connection and its data), 3 s;
 #                 the server's counters show the bytes went by RDMA
+#   hostile       a peer that lies about a data message's length, or sends a reserved
+#                 message (rsocket_hostile.c): the server's connection ends, counted
 #   tests/netns/rsocket.sh [FERROCE_BINARY]   (needs root: namespaces, veth)
 # Prints PASS/FAIL lines and "rsocket: N passed, M failed"; exit 0 iff all pass.
 set -u
@@ -94,6 +96,28 @@ if [ $rc = 0 ] && [ -n "$rate" ] && [ "${rdma:-0}" -gt 10000000 ]; then
   ok iperf3-preload "$rate over rsockets, server took $rdma bytes by RDMA"
 else
   ko iperf3-preload "iperf3 under librspreload.so failed (rc $rc, rate '${rate}', rcvd_data_bytes '${rdma:-none}')" "$s" "$c"
+fi
+
+# Hostile peers (rsocket_hostile.c): a peer that claims a data message larger than any
+# buffer it was given, or sends a message of a reserved kind. The rstream server's rrecv
+# fails with ECONNRESET, and its process counts the broken connection.
+hc=$out/rsocket_hostile
+if cc -O1 -Wall -o "$hc" "$here/rsocket_hostile.c" -lrdmacm -libverbs 2>"$out/hostile.cc"; then
+  for mode in big reserved; do
+    s=$out/hostile-$mode.server c=$out/hostile-$mode.client
+    ip netns exec $B timeout 30 env FERROCE_STATS=1 "$F" exec -- rstream -b 10.95.0.2 -S 100000 -C 1 -T b >"$s" 2>&1 & sp=$!
+    sleep 1
+    X $A "$hc" 10.95.0.2 7471 $mode >"$c" 2>&1; crc=$?
+    wait $sp; src=$?
+    if [ $crc = 0 ] && [ $src != 0 ] && grep -q "rrecv: Connection reset by peer" "$s" \
+       && grep -q "rsocket_protocol_errors=1" "$s"; then
+      ok "hostile-$mode" "the server's rrecv: ECONNRESET; rsocket_protocol_errors=1"
+    else
+      ko "hostile-$mode" "client exit $crc, server exit $src" "$s" "$c"
+    fi
+  done
+else
+  ko hostile "cc failed" "$out/hostile.cc"
 fi
 
 echo "rsocket: $pass passed, $fail failed"

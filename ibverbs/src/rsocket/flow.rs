@@ -264,7 +264,10 @@ impl Flow {
                 if self.rmsg.len() >= usize::from(self.sizes.rq) {
                     return Err(ProtocolError::TooManyMessages);
                 }
-                let room = self.sizes.rbuf - self.rbuf_avail - self.unread;
+                // A transfer fills at most one published buffer (half the ring), and
+                // all that waits fits in what was published.
+                let room =
+                    (self.sizes.rbuf - self.rbuf_avail - self.unread).min(self.sizes.rbuf / 2);
                 if len > room {
                     return Err(ProtocolError::BeyondGrant { len, room });
                 }
@@ -529,6 +532,22 @@ mod tests {
             Err(ProtocolError::BeyondGrant { len: 97, room: 96 })
         );
         assert_eq!(f.unread(), 4000);
+        // With both halves published, one transfer still fills at most one.
+        let mut f = Flow::new(SIZES);
+        let _ = f.credit((0, 0));
+        assert_eq!(
+            f.received(msg(Op::Data, 4097)),
+            Err(ProtocolError::BeyondGrant {
+                len: 4097,
+                room: 4096
+            })
+        );
+        f.received(msg(Op::Data, 4096)).unwrap();
+        f.received(msg(Op::Data, 4096)).unwrap();
+        assert_eq!(
+            f.received(msg(Op::Data, 1)),
+            Err(ProtocolError::BeyondGrant { len: 1, room: 0 })
+        );
         let mut f = Flow::new(SIZES);
         for _ in 0..8 {
             f.received(msg(Op::Data, 1)).unwrap();

@@ -24,24 +24,14 @@ mod tests;
 
 use std::collections::BTreeMap;
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use stream::RSocket;
 
-/// Peers that broke the rsocket protocol (bad connection data, more data or messages
-/// than granted, reserved messages): each such connection ends.
-static PROTOCOL_ERRORS: AtomicU64 = AtomicU64::new(0);
-
+/// A peer broke the protocol and its connection ends: counted as
+/// `rsocket_protocol_errors` (in `FERROCE_STATS` reports when not 0).
 fn count_protocol_error() {
-    PROTOCOL_ERRORS.fetch_add(1, Ordering::Relaxed);
-}
-
-/// `rsocket_protocol_errors`: how many connections this process ended for a peer that
-/// broke the protocol.
-#[allow(dead_code)]
-pub(crate) fn protocol_errors() -> u64 {
-    PROTOCOL_ERRORS.load(Ordering::Relaxed)
+    crate::stats::RSOCKET_PROTOCOL_ERRORS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// The live sockets by number.

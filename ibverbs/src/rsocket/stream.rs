@@ -510,6 +510,12 @@ impl RSocket {
             }
             budget = budget.saturating_sub(n as u32);
             for wc in &wcs[..n as usize] {
+                tracing::trace!(
+                    wr_id = wc.wr_id,
+                    status = wc.status,
+                    flags = wc.wc_flags,
+                    "rsocket completion"
+                );
                 if wc.wr_id & RECV_WR != 0 {
                     if wc.status != IBV_WC_SUCCESS {
                         continue; // flushed
@@ -523,6 +529,7 @@ impl RSocket {
                     }
                     // SAFETY: WITH_IMM says the union holds the immediate.
                     let m = u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data });
+                    tracing::trace!(msg = format_args!("{m:#010x}"), "rsocket message");
                     if let Err(why) = flow.received(m) {
                         super::count_protocol_error();
                         tracing::warn!(%why, "rsocket: connection ended");
@@ -845,6 +852,10 @@ impl RSocket {
                     Err(e) if done == 0 => return Err(e),
                     Err(_) => return Ok(done),
                 };
+            }
+            if !has_data(&st) && st.phase == Phase::Failed && st.err != 0 && done == 0 {
+                // A broken connection reads as reset, not as an orderly end.
+                return Err(st.err);
             }
             let inner = &mut *st;
             let (Some(ep), Some(flow)) = (inner.ep.as_ref(), inner.flow.as_mut()) else {
