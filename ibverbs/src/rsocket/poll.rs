@@ -91,7 +91,9 @@ pub(crate) fn rpoll(fds: &mut [libc::pollfd], timeout: c_int) -> Result<c_int, c
             return Err(crate::rdmacm::last_errno());
         }
         for s in socks.iter().flatten() {
-            s.take_cq_event(&mut s.lock());
+            let mut st = s.lock();
+            st.cm_pending |= kernel.iter().any(|k| k.fd == s.fd && k.revents != 0);
+            s.take_cq_event(&mut st);
         }
     }
 }
