@@ -1,7 +1,7 @@
 #!/bin/bash
 # Side-by-side benchmark: ferroce against Linux rxe and kernel TCP, in one run.
 #
-#   scripts/bench.sh [vm|host|memory|pairs|cm|all]  (default all: vm, host, memory; the others
+#   scripts/bench.sh [vm|host|memory|pairs|cm|rsocket|all]  (default all: vm, host, memory; the others
 #                                                    on their own; all but memory need root)
 #
 #   vm    inside the rxe VM (tests/interop/rxe-vm; TCG when there is no KVM, so the
@@ -36,10 +36,13 @@
 #           connection made by rdma_cm (`-R`, ferroce's librdmacm.so.1) beside the same
 #           tests connected over perftest's TCP socket: what a connection rdma_cm made
 #           costs the data path afterwards (1.00x = nothing).
+#   rsocket natively, veth MTU 1500: rstream and iperf3 (under librspreload.so) over
+#           ferroce's rsockets beside the same programs over kernel TCP
+#           (scripts/bench/rsocket.sh).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 what=${1:-all}
-case $what in vm|host|memory|pairs|cm|all) ;; *) echo "usage: scripts/bench.sh [vm|host|memory|pairs|cm|all]" >&2; exit 2 ;; esac
+case $what in vm|host|memory|pairs|cm|rsocket|all) ;; *) echo "usage: scripts/bench.sh [vm|host|memory|pairs|cm|rsocket|all]" >&2; exit 2 ;; esac
 if [ "$what" = memory ] || [ "$what" = all ]; then
   echo "[bench] resident memory per QP (in-memory wire, no privileges needed)"
   (cd "$root" && cargo run --release --quiet -p ferroce --example qp_memory -- 1 100 10000) || exit 1
@@ -131,6 +134,13 @@ cpu_table() {
     }' "$2"
 }
 
+if [ "$what" = rsocket ]; then
+  command -v rstream >/dev/null || { echo "[bench] installing: rdmacm-utils"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rdmacm-utils >/dev/null; }
+  echo "[bench] natively: rsockets on ferroce's librdmacm beside kernel TCP, veth MTU 1500"
+  echo "Natively on this host on $(date +%F): $machine; median of $REPEAT"
+  F=$F REPEAT=$REPEAT bash "$root/scripts/bench/rsocket.sh" | tee "$out/rsocket-results.txt"
+  exit 0
+fi
 if [ "$what" = cm ]; then
   echo "[bench] natively: perftest on ferroce's library, connected by rdma_cm (-R) and by TCP"
   cleanup() { ip netns del ca 2>/dev/null; ip netns del cb 2>/dev/null; true; }
