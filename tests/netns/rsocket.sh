@@ -12,6 +12,8 @@
 #                 the server's counters show the bytes went by RDMA
 #   hostile       a peer that lies about a data message's length, or sends a reserved
 #                 message (rsocket_hostile.c): the server's connection ends, counted
+#   close         rclose while another thread is blocked in rrecv on the socket: the
+#                 call returns EBADF (rsocket_close.c)
 #   tests/netns/rsocket.sh [FERROCE_BINARY]   (needs root: namespaces, veth)
 # Prints PASS/FAIL lines and "rsocket: N passed, M failed"; exit 0 iff all pass.
 set -u
@@ -118,6 +120,19 @@ if cc -O1 -Wall -o "$hc" "$here/rsocket_hostile.c" -lrdmacm -libverbs 2>"$out/ho
   done
 else
   ko hostile "cc failed" "$out/hostile.cc"
+fi
+
+# rclose under a blocked rrecv (rsocket_close.c, both ends in one process on lo): the
+# blocked call returns -1 with EBADF.
+cl=$out/rsocket_close
+if cc -O1 -Wall -pthread -o "$cl" "$here/rsocket_close.c" -lrdmacm -libverbs 2>"$out/close.cc"; then
+  if X $A "$cl" 127.0.0.1 7480 >"$out/close.log" 2>&1; then
+    ok close-under-rrecv "$(sed 's/^rsocket_close: //' "$out/close.log")"
+  else
+    ko close-under-rrecv "the blocked rrecv did not return EBADF" "$out/close.log"
+  fi
+else
+  ko close-under-rrecv "cc failed" "$out/close.cc"
 fi
 
 echo "rsocket: $pass passed, $fail failed"

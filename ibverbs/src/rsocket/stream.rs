@@ -210,6 +210,13 @@ impl RSocket {
             cm::rdma_destroy_id(st.id);
             cm::rdma_destroy_event_channel(chan(self.channel));
         }
+        // A thread still in a call on this socket (it holds its own reference) finds it
+        // closed when it next looks, and returns EBADF.
+        st.phase = Phase::Failed;
+        st.err = libc::EBADF;
+        st.readable = false;
+        st.writable = false;
+        st.flow = None;
     }
 
     pub(crate) fn bind(&self, addr: *const libc::sockaddr) -> Result<(), c_int> {
@@ -288,28 +295,21 @@ impl RSocket {
             st.nonblock
         };
         loop {
-            let mut e: *mut rdma_cm_event = null_mut();
-            // SAFETY: the socket's channel (live while the socket is); `e` a local.
-            if unsafe { cm::rdma_get_cm_event(chan(self.channel), &mut e) } != 0 {
-                let err = cm::last_errno();
-                if err == libc::EAGAIN && !nonblock {
+            {
+                let st = self.lock();
+                if st.phase != Phase::Listening {
+                    // Closed by another thread meanwhile.
+                    return Err(if st.err != 0 { st.err } else { libc::EINVAL });
+                }
+            }
+            let (kind, _, child, data) = match self.next_event(RDMA_CM_EVENT_CONNECT_REQUEST) {
+                Ok(e) => e,
+                Err(libc::EAGAIN) if !nonblock => {
                     wait_fds(&[self.fd], -1);
                     continue;
                 }
-                return Err(err);
-            }
-            // SAFETY: a live event until acked; its private data as long.
-            let (kind, child, data) = unsafe {
-                let c = &*e;
-                let data = if c.event == RDMA_CM_EVENT_CONNECT_REQUEST {
-                    private_data(&c.param.conn)
-                } else {
-                    Vec::new()
-                };
-                (c.event, c.id, data)
+                Err(err) => return Err(err),
             };
-            // SAFETY: the event just taken.
-            unsafe { cm::rdma_ack_cm_event(e) };
             if kind != RDMA_CM_EVENT_CONNECT_REQUEST {
                 continue;
             }
@@ -405,26 +405,37 @@ impl RSocket {
         if st.phase == Phase::Listening {
             return; // its events are connect requests, for accept
         }
-        loop {
-            let mut e: *mut rdma_cm_event = null_mut();
-            // SAFETY: the socket's channel; `e` a local.
-            if unsafe { cm::rdma_get_cm_event(chan(self.channel), &mut e) } != 0 {
-                return;
-            }
-            // SAFETY: live until acked below.
-            let (kind, status, data) = unsafe {
-                let c = &*e;
-                let data = if c.event == RDMA_CM_EVENT_ESTABLISHED {
-                    private_data(&c.param.conn)
-                } else {
-                    Vec::new()
-                };
-                (c.event, c.status, data)
-            };
-            // SAFETY: the event just taken.
-            unsafe { cm::rdma_ack_cm_event(e) };
+        while let Ok((kind, status, _, data)) = self.next_event(RDMA_CM_EVENT_ESTABLISHED) {
             self.on_event(st, kind, status, &data);
         }
+    }
+
+    /// The next event on the socket's channel (never blocking), read and acknowledged:
+    /// its kind, status, ID, and a copy of its private data if it is of kind `with_data`.
+    /// Err: errno, EAGAIN when none waits.
+    fn next_event(
+        &self,
+        with_data: rdma_cm_event_type,
+    ) -> Result<(rdma_cm_event_type, c_int, *mut rdma_cm_id, Vec<u8>), c_int> {
+        let mut e: *mut rdma_cm_event = null_mut();
+        // SAFETY: the socket's channel (checked by the call; live while the socket is);
+        // `e` a local.
+        if unsafe { cm::rdma_get_cm_event(chan(self.channel), &mut e) } != 0 {
+            return Err(cm::last_errno());
+        }
+        // SAFETY: a live event until acked below; its private data as long.
+        let r = unsafe {
+            let c = &*e;
+            let data = if c.event == with_data {
+                private_data(&c.param.conn)
+            } else {
+                Vec::new()
+            };
+            (c.event, c.status, c.id, data)
+        };
+        // SAFETY: the event just taken.
+        unsafe { cm::rdma_ack_cm_event(e) };
+        Ok(r)
     }
 
     fn on_event(&self, st: &mut Inner, kind: rdma_cm_event_type, status: c_int, data: &[u8]) {
@@ -1057,26 +1068,11 @@ pub(crate) fn wait_fds(fds: &[c_int], ms: c_int) -> bool {
     poll_fds(fds, ms) != 0
 }
 
-/// Waits up to `ms` (-1: forever) for any of `fds` (at most 32) to be readable; bit `i`
-/// set for each `fds[i]` that is.
+/// Waits up to `ms` (-1: forever) for any of `fds` to be readable; bit `i` set for each
+/// `fds[i]` that is (the first 32), 0 on timeout or error.
 pub(crate) fn poll_fds(fds: &[c_int], ms: c_int) -> u32 {
-    let mut p: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    // SAFETY: `p` is a live array of `p.len()` pollfds.
-    if unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) } <= 0 {
-        return 0;
-    }
-    p.iter()
-        .take(32)
-        .enumerate()
-        .filter(|(_, q)| q.revents != 0)
-        .fold(0, |m, (i, _)| m | 1 << i)
+    let timeout = u64::try_from(ms).ok().map(std::time::Duration::from_millis);
+    ferroce::link::eventfd::poll_readable(fds, timeout).unwrap_or(0)
 }
 
 /// Hands `n` bytes of `bufs` from (`bi`, `boff`) on to `f`, piece by piece.
