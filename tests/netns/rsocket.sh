@@ -6,6 +6,7 @@
 #                 and 1 MiB transfers (each larger than the 128 KiB rings, so every
 #                 transfer goes through many credit updates); server in rs-b, client in rs-a
 #   one host      rstream with server and client on lo of one namespace
+#   ipv6          rstream between the namespaces over IPv6 (fd95::/64)
 #   rcopy         a 3 MiB file copied to the other host, compared byte for byte
 #   preload       iperf3 (server and client) under librspreload.so: every TCP socket
 #                 of the program an rsocket (its control connection and its data), 3 s;
@@ -29,6 +30,8 @@ done
 preload=$(dpkg -L librdmacm1 2>/dev/null | grep '/librspreload\.so$' | head -1)
 [ -n "$preload" ] || preload=/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so
 two_hosts $A $B $IF 10.95.0
+# IPv6 addresses too (unique local, no duplicate detection to wait for).
+ip -n $A addr add fd95::1/64 dev $IF nodad; ip -n $B addr add fd95::2/64 dev $IF nodad
 echo "ferroce: $("$F" --version)"
 X() { local ns=$1; shift; ip netns exec "$ns" timeout 60 "$F" exec -- "$@"; }
 
@@ -65,6 +68,7 @@ rstream_case rstream-nonblocking-64KiB 65536 200 "n v"
 rstream_case rstream-poll-4KiB 4096 1000 "a v"
 rstream_case rstream-poll-1MiB 1048576 20 "a v"
 rstream_case rstream-one-host-lo 65536 200 "b v" $A $A 127.0.0.1
+rstream_case rstream-ipv6 65536 200 "b v" $B $A fd95::2
 
 # rcopy: the server writes what the client sends under the client's path.
 head -c $((3 << 20)) /dev/urandom >"$out/rcopy.src"
