@@ -156,6 +156,10 @@ impl RSocket {
     }
 
     /// A socket around an ID already on channel `ch`.
+    ///
+    /// # Safety
+    /// `ch` is a live event channel of this library and `id` a live ID on it, both
+    /// handed to the socket (it destroys them).
     unsafe fn around(
         ch: *mut rdma_event_channel,
         id: *mut rdma_cm_id,
@@ -781,12 +785,7 @@ impl RSocket {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         let mut st = self.lock();
         let nonblock = st.nonblock || flags & libc::MSG_DONTWAIT != 0;
-        if st.phase.opening() {
-            self.drive(&mut st);
-            if st.phase.opening() {
-                return Err(libc::EAGAIN);
-            }
-        }
+        self.past_connect(&mut st)?;
         match st.phase {
             Phase::Connected => {}
             Phase::Failed if st.err != 0 => return Err(st.err),
@@ -872,12 +871,7 @@ impl RSocket {
         let total: usize = bufs.iter().map(|b| b.1).sum();
         let mut st = self.lock();
         let nonblock = st.nonblock || flags & libc::MSG_DONTWAIT != 0;
-        if st.phase.opening() {
-            self.drive(&mut st);
-            if st.phase.opening() {
-                return Err(libc::EAGAIN);
-            }
-        }
+        self.past_connect(&mut st)?;
         if st.ep.is_none() {
             return Err(if st.phase == Phase::Failed {
                 st.err
@@ -928,6 +922,18 @@ impl RSocket {
                 return Ok(done);
             }
         }
+    }
+
+    /// For a send or receive: moves a non-blocking connect on, and fails with EAGAIN
+    /// while it is still under way (as rdma-core's rsockets do).
+    fn past_connect(&self, st: &mut Inner) -> Result<(), c_int> {
+        if st.phase.opening() {
+            self.drive(st);
+            if st.phase.opening() {
+                return Err(libc::EAGAIN);
+            }
+        }
+        Ok(())
     }
 
     /// Ends one or both directions, telling the peer.
