@@ -7,7 +7,8 @@
 #                (-V), 64 B and 10000 B; and with -q, each program's QP its own (brought
 #                up with rdma_init_qp_attr, the connection made without a QP on the ID)
 #   ucmatose     SENDs both ways over one connection, then the disconnect
-#   rstream      rsockets: 64 KiB blocking and 1 MiB through rpoll, data verified
+#   rstream      rsockets: 64 KiB blocking and 1 MiB non-blocking (through rpoll on the
+#                ferroce client), data verified
 #   udaddy       UD datagrams both ways, the service found with SIDR
 #   mckey        multicast: 10 SENDs to a group, the receiver on one side, the sender on
 #                the other
@@ -107,9 +108,15 @@ for role in rs fs; do
     ok $name "SENDs both ways, disconnected"
   else ko $name "exit codes or status lines" "$s" "$c"; fi
   # rsockets: rdma-core's own on rxe against ferroce's, checked data both ways (-T v),
-  # blocking 64 KiB transfers and 1 MiB ones through rpoll (each larger than the 128 KiB
-  # rings: many credit updates and published buffers each way).
-  for t in "65536 100 b" "1048576 10 a"; do
+  # blocking 64 KiB transfers and 1 MiB ones (larger than rdma-core's 128 KiB rings: many
+  # credit updates and published buffers each way), through rpoll (-T a) where the
+  # client is ferroce's and non-blocking (-T n) where it is rdma-core's: rdma-core's rpoll
+  # reports POLLHUP as soon as the peer's disconnect arrives, data still unread or not, and
+  # rstream -T a then stops short when its server closes right after its last send (one
+  # CI run, 2026-12-03: the rdma-core client printed no result; ferroce's rpoll waits
+  # until what arrived is read).
+  async=a; [ "$role" = fs ] && async=n
+  for t in "65536 100 b" "1048576 10 $async"; do
     set -- $t
     name=rstream-$role-S$1-T$3
     if pair $name $role rstream -b "$a" -S $1 -C $2 -T $3 -T v -- rstream -s "$a" -S $1 -C $2 -T $3 -T v &&
