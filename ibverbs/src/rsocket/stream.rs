@@ -823,12 +823,20 @@ impl RSocket {
             // publish a new buffer into it.
             ep.set_target(ti, rest);
             let r = if n <= ep.inline {
-                let mut tmp = Vec::with_capacity(n as usize);
+                // Inline data is copied by the post: point at the caller's bytes when they
+                // lie in one piece (every rsend), and gather them only across iovecs.
+                let mut tmp = Vec::new();
+                let mut at: Option<*const u8> = None;
+                if bufs.get(bi).is_some_and(|b| b.len() - boff >= n as usize) {
+                    at = Some(bufs[bi][boff..].as_ptr());
+                }
                 gather(bufs, &mut bi, &mut boff, n as usize, |s| {
-                    tmp.extend_from_slice(s)
+                    if at.is_none() {
+                        tmp.extend_from_slice(s)
+                    }
                 });
                 let mut sges = [ibv_sge {
-                    addr: tmp.as_ptr() as u64,
+                    addr: at.unwrap_or(tmp.as_ptr()) as u64,
                     length: n,
                     lkey: 0,
                 }];
