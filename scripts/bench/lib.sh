@@ -68,7 +68,9 @@ cmd() {  # TOOL -> command line (uses $tool and $flags)
 # CPU time the whole machine spent busy so far (user, nice, system, irq, softirq, steal),
 # in clock ticks: both ends of a run between two namespaces of one host.
 # median: the median of the numbers on stdin, one per line (nothing when there are none).
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# Empty lines are no runs: counted as runs, they made scripts/bench/rsocket.sh print the
+# mean of the two lowest of three runs until 2026-12-03.
+median() { sort -g | awk 'NF { v[++n] = $1 } END { if (n) print (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }'; }
 cpu_busy() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat; }
 # cpu_per_gb MTU TEST PAIR CPU_LOG GBPS: busy CPU seconds per gigabyte moved, from the
 # ticks before and after the client ran ($D seconds of transfer at GBPS, plus its set-up,

@@ -20,7 +20,8 @@ ip -n $a addr add 10.78.0.1/24 dev v$a; ip -n $b addr add 10.78.0.2/24 dev v$b
 for ns in $a $b; do ip -n $ns link set lo up; ip -n $ns link set v$ns up; done
 sleep 2
 X() { local ns=$1; shift; ip netns exec "$ns" timeout 60 "$F" exec -- "$@"; }
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# shellcheck source=scripts/bench/lib.sh
+. "$(dirname "$0")/lib.sh"   # median
 
 # rstream_gbps SIZE COUNT [-T s]: one run's Gb/s as the client prints it.
 rstream_gbps() {
