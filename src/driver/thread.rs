@@ -141,6 +141,7 @@ fn rounds(s: &Shared) {
         // (a frame would otherwise wake two threads), looking again now and then.
         let ready = if app {
             napped = true;
+            s.wake.naps.fetch_add(1, Ordering::Relaxed);
             poll_readable(&fds[1..], Some(nap))
         } else {
             poll_readable(&fds, None).map(|r| {

@@ -84,6 +84,9 @@ pub(super) struct Wakeups {
     /// Times the driver thread slept or napped in `poll` (`driver_sleeps`): against
     /// `driver_wakeups`, how many wake-ups found it asleep.
     pub(super) sleeps: AtomicU64,
+    /// Of those, naps: sleeps that left the link to polling API threads
+    /// (`driver_naps`). A program that waits on a completion channel never causes one.
+    pub(super) naps: AtomicU64,
     /// The driver thread should exit.
     stop: AtomicBool,
 }
@@ -107,6 +110,7 @@ impl Wakeups {
             wake_pending: AtomicBool::new(false),
             merged: AtomicU64::new(0),
             sleeps: AtomicU64::new(0),
+            naps: AtomicU64::new(0),
             stop: AtomicBool::new(false),
         })
     }
@@ -235,6 +239,11 @@ impl Shared {
         self.wake.sleeps.load(Ordering::Relaxed)
     }
 
+    /// Times the driver thread napped, leaving the link to polling threads (`driver_naps`).
+    pub fn driver_naps(&self) -> u64 {
+        self.wake.naps.load(Ordering::Relaxed)
+    }
+
     /// Posts whose frames the driver sent instead of the posting thread
     /// (`posts_left_to_driver`, see [`Shared::kick_post`]).
     pub fn posts_left_to_driver(&self) -> u64 {
@@ -340,7 +349,10 @@ impl Shared {
     /// An API thread that polled the link goes to sleep: the driver watches the link
     /// again from now on.
     pub fn stop_polling(&self) {
-        if self.wake.app_polls.swap(0, Ordering::Relaxed) != 0 {
+        // Read first: a thread that waits on a channel calls this at every empty poll.
+        if self.wake.app_polls.load(Ordering::Relaxed) != 0
+            && self.wake.app_polls.swap(0, Ordering::Relaxed) != 0
+        {
             self.wake.wake();
         }
     }

@@ -382,6 +382,7 @@ impl Context {
             self.shared().driver_wakeups_merged(),
         ));
         v.push(("driver_sleeps", self.shared().driver_sleeps()));
+        v.push(("driver_naps", self.shared().driver_naps()));
         v.push(("posts_left_to_driver", self.shared().posts_left_to_driver()));
         v.extend(self.shared().tx_counters());
         v.extend(self.shared().link().counters());

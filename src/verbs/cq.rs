@@ -65,6 +65,7 @@ impl CompletionQueue {
         let shared = self.ctx.shared();
         let mut n = shared.poll_cq(self.id, &self.mark, out, max);
         let mut received = false;
+        let armed = self.armed.load(Ordering::Relaxed);
         // Poll mode: with the CQ empty, take in what the link holds on this thread (the
         // answer being waited for is often there already) instead of waiting for the
         // driver thread to wake up for it.
@@ -74,12 +75,20 @@ impl CompletionQueue {
             // polls, and the driver must keep watching the link for it: counted as
             // polling, each of `ibv_rc_pingpong -e`'s polls put the driver into its naps,
             // and every message waited one out (1.1 ms a round trip instead of 58 µs).
-            if !self.armed.load(Ordering::Relaxed) {
+            if !armed {
                 shared.polled_completions();
             }
-        } else if shared.poll_rx() {
-            received = true;
-            n = shared.poll_cq(self.id, &self.mark, out, max);
+        } else {
+            // The same holds for the polls that find nothing (rsockets wait this way).
+            let took = if armed {
+                shared.poll_rx_before_waiting()
+            } else {
+                shared.poll_rx()
+            };
+            if took {
+                received = true;
+                n = shared.poll_cq(self.id, &self.mark, out, max);
+            }
         }
         if n > 0 {
             // Where the peer's next frame has tended to follow a completion closely, take
