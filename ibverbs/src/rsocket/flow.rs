@@ -173,19 +173,36 @@ impl Flow {
 
     /// The size of the next transfer of a send with `left` bytes to go; `olen` is the
     /// send's growing transfer size, starting at 0.
+    ///
+    /// Every send starts with [`FIRST_TRANSFER`] bytes, so that its first bytes leave
+    /// while the rest is still being copied, as rdma-core's do. rdma-core then doubles
+    /// each next transfer up to [`MAX_TRANSFER`]; here, once transfers are in flight (the
+    /// link busy anyway), the rest of the send goes in transfers as large as allowed. A 64
+    /// KiB send is then two messages, not six (each one a receive, a completion at both
+    /// ends and, where the receiver sleeps, a wake-up): `rstream -S 64 KiB` between two
+    /// namespaces 9.4-11.8 Gb/s with rdma-core's rule, 16.8-19.6 with this one, iperf3
+    /// under `librspreload.so` (128 KiB sends) 11.2-15.2 and 18.4-19.6. Sending a 4 KiB
+    /// send whole as well lost 5-15% (two 2 KiB transfers let the driver send the first
+    /// while the second is copied).
     pub(crate) fn transfer_size(&self, left: usize, olen: &mut u32, target_len: u32) -> u32 {
-        if *olen == 0 {
-            *olen = FIRST_TRANSFER;
-        }
         let left = u32::try_from(left).unwrap_or(u32::MAX);
-        let x = if *olen < left {
-            let x = *olen;
-            if *olen < MAX_TRANSFER {
-                *olen <<= 1;
-            }
-            x
+        let in_flight = self.sbuf_avail < self.sizes.sbuf;
+        let x = if in_flight && *olen != 0 {
+            *olen = MAX_TRANSFER;
+            left.min(MAX_TRANSFER)
         } else {
-            left
+            if *olen == 0 {
+                *olen = FIRST_TRANSFER;
+            }
+            if *olen < left {
+                let x = *olen;
+                if *olen < MAX_TRANSFER {
+                    *olen <<= 1;
+                }
+                x
+            } else {
+                left
+            }
         };
         x.min(self.sbuf_avail).min(target_len)
     }
@@ -577,6 +594,46 @@ mod tests {
         assert!(!f.all_sent());
         f.sent(msg(Op::Ctrl, CTRL_SHUTDOWN));
         assert!(f.ctrl_avail());
+    }
+
+    #[test]
+    fn a_send_starts_small_and_goes_whole_behind_transfers_in_flight() {
+        let sizes = Sizes {
+            sq: 64,
+            rq: 64,
+            sbuf: 1 << 20,
+            rbuf: 1 << 20,
+        };
+        let mut f = Flow::new(sizes);
+        f.sseq_comp = 64;
+        let target = Sge {
+            addr: 0x1000,
+            key: 1,
+            length: 1 << 19,
+        };
+        // Nothing in flight: 2 KiB first, doubling.
+        let mut olen = 0;
+        assert_eq!(f.transfer_size(65536, &mut olen, target.length), 2048);
+        let (_, rest, m) = f.take(2048, target);
+        // Behind it, the rest of the send goes whole.
+        assert_eq!(f.transfer_size(63488, &mut olen, rest.length), 63488);
+        // The next send starts small again, then goes whole.
+        let mut olen = 0;
+        assert_eq!(f.transfer_size(4096, &mut olen, rest.length), 2048);
+        assert_eq!(f.transfer_size(2048, &mut olen, rest.length), 2048);
+        let mut olen = 0;
+        assert_eq!(f.transfer_size(1 << 20, &mut olen, rest.length), 2048);
+        assert_eq!(
+            f.transfer_size(1 << 20, &mut olen, rest.length),
+            MAX_TRANSFER
+        );
+        // Never past the published buffer or the free send buffer.
+        assert_eq!(f.transfer_size(1 << 20, &mut olen, 3000), 3000);
+        // All completed: rdma-core's doubling again.
+        f.sent(m);
+        let mut olen = 0;
+        assert_eq!(f.transfer_size(65536, &mut olen, rest.length), 2048);
+        assert_eq!(f.transfer_size(63488, &mut olen, rest.length), 4096);
     }
 
     #[test]
