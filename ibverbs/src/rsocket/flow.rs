@@ -186,23 +186,20 @@ impl Flow {
     /// while the second is copied).
     pub(crate) fn transfer_size(&self, left: usize, olen: &mut u32, target_len: u32) -> u32 {
         let left = u32::try_from(left).unwrap_or(u32::MAX);
-        let in_flight = self.sbuf_avail < self.sizes.sbuf;
-        let x = if in_flight && *olen != 0 {
+        if *olen == 0 {
+            *olen = FIRST_TRANSFER;
+        } else if self.sbuf_avail < self.sizes.sbuf {
+            // Transfers in flight: the rest goes as large as allowed.
             *olen = MAX_TRANSFER;
-            left.min(MAX_TRANSFER)
+        }
+        let x = if *olen < left {
+            let x = *olen;
+            if *olen < MAX_TRANSFER {
+                *olen <<= 1;
+            }
+            x
         } else {
-            if *olen == 0 {
-                *olen = FIRST_TRANSFER;
-            }
-            if *olen < left {
-                let x = *olen;
-                if *olen < MAX_TRANSFER {
-                    *olen <<= 1;
-                }
-                x
-            } else {
-                left
-            }
+            left
         };
         x.min(self.sbuf_avail).min(target_len)
     }
