@@ -47,3 +47,5 @@ mod build_tests;
 mod c_caller_tests;
 #[cfg(test)]
 mod layout_tests;
+#[cfg(test)]
+mod signal_tests;

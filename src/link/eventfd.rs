@@ -44,18 +44,20 @@ impl EventFd {
 
     /// Takes one wake-up (semaphore mode) or all of them: blocks while there is none on a
     /// blocking descriptor, and fails with `WouldBlock` on a non-blocking one.
+    ///
+    /// One read(2), so it fails with `Interrupted` when a signal handler installed
+    /// without `SA_RESTART` runs meanwhile, as the kernel's verbs and rdma_cm files do
+    /// for the C calls that wait on them. Programs end their test loops that way (qperf's
+    /// alarm sets a flag and expects `ibv_get_cq_event` to return): a wait that went on
+    /// after the signal hung them until their peer gave up.
     pub fn take(&self) -> io::Result<u64> {
         let mut v: u64 = 0;
-        loop {
-            // SAFETY: reads 8 bytes into a live u64, as eventfd requires.
-            let n = unsafe { libc::read(self.fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
-            if n == 8 {
-                return Ok(v);
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
+        // SAFETY: reads 8 bytes into a live u64, as eventfd requires.
+        let n = unsafe { libc::read(self.fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        if n == 8 {
+            Ok(v)
+        } else {
+            Err(io::Error::last_os_error())
         }
     }
 
@@ -89,7 +91,12 @@ impl EventFd {
         if poll_readable(&[self.fd.as_raw_fd()], Some(std::time::Duration::ZERO))? == 0 {
             return Ok(false);
         }
-        self.take().map(|_| true)
+        loop {
+            match self.take() {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => return r.map(|_| true),
+            }
+        }
     }
 
     /// Resets the counter so the next poll blocks again.

@@ -56,7 +56,8 @@ impl CompletionChannel {
     }
 
     /// Takes the next event: the token of the CQ that fired. Blocks until one comes
-    /// unless the descriptor is non-blocking.
+    /// unless the descriptor is non-blocking; fails with `Interrupted` when a signal
+    /// handler installed without `SA_RESTART` runs meanwhile, as read(2) does.
     pub fn get_event(&self) -> io::Result<u64> {
         self.inner.fd.take()?;
         self.inner

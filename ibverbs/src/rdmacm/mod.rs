@@ -14,7 +14,7 @@
 //! destroyed gets no more events.
 
 mod addr;
-mod channel;
+pub(crate) mod channel;
 mod conn;
 mod devices;
 mod ep;

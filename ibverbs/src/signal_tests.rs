@@ -1,0 +1,136 @@
+//! The C calls that block on a descriptor (`ibv_get_cq_event`, `ibv_get_async_event`,
+//! `rdma_get_cm_event`) return -1 with `EINTR` when a signal handler installed without
+//! `SA_RESTART` runs while they wait, as the kernel's verbs and rdma_cm files make them
+//! do. Programs rely on it to end a timed loop: qperf's SIGALRM handler sets a flag and
+//! expects the wait to return; a wait that went on hung it until its peer timed out.
+
+use std::ffi::c_int;
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferroce::verbs::Context;
+
+use crate::async_event::ibv_get_async_event;
+use crate::cq::*;
+use crate::ffi::*;
+use crate::open::wrap;
+use crate::rdmacm::channel::{
+    rdma_create_event_channel, rdma_destroy_event_channel, rdma_get_cm_event,
+};
+
+/// The signal the tests send: its handler does nothing and has no `SA_RESTART`.
+const SIG: c_int = libc::SIGUSR2;
+
+extern "C" fn nothing(_: c_int) {}
+
+fn install_handler() {
+    // SAFETY: a zeroed sigaction with a handler that touches nothing, so it is
+    // async-signal-safe; no SA_RESTART, as qperf installs its alarm handler.
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = nothing as extern "C" fn(c_int) as usize;
+        libc::sigemptyset(&mut act.sa_mask);
+        assert_eq!(libc::sigaction(SIG, &act, null_mut()), 0);
+    }
+}
+
+/// Runs `wait` (a blocking C call returning -1 or 0 and leaving errno) on a thread and
+/// signals that thread until it returns: what the call returned and its errno. A call
+/// still waiting after 3 s fails the test, its thread left blocked (the objects it uses
+/// are then never destroyed).
+fn interrupted(wait: impl FnOnce() -> c_int + Send + 'static) -> (c_int, c_int) {
+    install_handler();
+    let thread = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let (t, d) = (thread.clone(), done.clone());
+    let waiter = std::thread::spawn(move || {
+        // SAFETY: the calling thread's own id.
+        t.store(unsafe { libc::pthread_self() } as u64, Ordering::SeqCst);
+        let r = wait();
+        // SAFETY: the calling thread's errno slot.
+        let e = unsafe { *libc::__errno_location() };
+        d.store(true, Ordering::SeqCst);
+        (r, e)
+    });
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !done.load(Ordering::SeqCst) && Instant::now() < deadline {
+        let t = thread.load(Ordering::SeqCst);
+        if t != 0 {
+            // SAFETY: the waiter's id; it is alive until `done`, and a signal with a
+            // handler that does nothing is harmless if it comes after.
+            unsafe { libc::pthread_kill(t as libc::pthread_t, SIG) };
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        done.load(Ordering::SeqCst),
+        "still waiting after 3 s of signals without SA_RESTART"
+    );
+    waiter.join().unwrap()
+}
+
+/// A C handle moved to the waiting thread; the test keeps it alive until that thread
+/// returns.
+struct Handle<T>(*mut T);
+// SAFETY: the handles are only used by one thread at a time (the waiter, then the test
+// after joining it).
+unsafe impl<T> Send for Handle<T> {}
+
+#[test]
+fn a_signal_interrupts_a_wait_for_a_completion_event() {
+    let (a, _peer) = Context::memory_pair().unwrap();
+    let ctx = wrap(a, null_mut()).unwrap();
+    // SAFETY: valid calls on live objects, destroyed after the waiter returned.
+    unsafe {
+        let ch = ibv_create_comp_channel(ctx);
+        let cq = ibv_create_cq(ctx, 4, null_mut(), ch, 0);
+        assert!(!cq.is_null());
+        let h = Handle(ch);
+        let (r, e) = interrupted(move || {
+            let h = h;
+            let (mut c, mut x) = (null_mut(), null_mut());
+            ibv_get_cq_event(h.0, &mut c, &mut x)
+        });
+        assert_eq!((r, e), (-1, libc::EINTR), "the wait ends at the signal");
+        assert_eq!(ibv_destroy_cq(cq), 0);
+        assert_eq!(ibv_destroy_comp_channel(ch), 0);
+        assert_eq!(crate::open::ibv_close_device(ctx), 0);
+    }
+}
+
+#[test]
+fn a_signal_interrupts_a_wait_for_an_async_event() {
+    let (a, _peer) = Context::memory_pair().unwrap();
+    let ctx = wrap(a, null_mut()).unwrap();
+    // SAFETY: a live context, closed after the waiter returned; room for one event.
+    unsafe {
+        let h = Handle(ctx);
+        let (r, e) = interrupted(move || {
+            let h = h;
+            let mut ev: ibv_async_event = std::mem::zeroed();
+            ibv_get_async_event(h.0, &mut ev)
+        });
+        assert_eq!((r, e), (-1, libc::EINTR), "the wait ends at the signal");
+        assert_eq!(crate::open::ibv_close_device(ctx), 0);
+    }
+}
+
+#[test]
+fn a_signal_interrupts_a_wait_for_a_cm_event() {
+    // SAFETY: a live channel, destroyed after the waiter returned; the out-pointer is
+    // the waiter's local.
+    unsafe {
+        let ch = rdma_create_event_channel();
+        assert!(!ch.is_null());
+        let h = Handle(ch);
+        let (r, e) = interrupted(move || {
+            let h = h;
+            let mut ev = null_mut();
+            rdma_get_cm_event(h.0, &mut ev)
+        });
+        assert_eq!((r, e), (-1, libc::EINTR), "the wait ends at the signal");
+        rdma_destroy_event_channel(ch);
+    }
+}
