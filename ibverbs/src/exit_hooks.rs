@@ -25,9 +25,8 @@ pub(crate) fn add(hook: fn()) {
 extern "C" fn run() {
     let _ = std::panic::catch_unwind(|| {
         let hooks = HOOKS.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        let t = std::thread::Builder::new()
-            .name("ferroce-exit".into())
-            .spawn(move || hooks.iter().for_each(|h| h()));
+        let t =
+            ferroce::link::threads::spawn("ferroce-exit", move || hooks.iter().for_each(|h| h()));
         if let Ok(t) = t {
             let _ = t.join();
         }

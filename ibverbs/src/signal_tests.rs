@@ -134,3 +134,43 @@ fn a_signal_interrupts_a_wait_for_a_cm_event() {
         rdma_destroy_event_channel(ch);
     }
 }
+
+/// The threads of this process named `ferroce-*` and the signals each blocks (/proc).
+fn ferroce_threads() -> Vec<(String, u64)> {
+    let mut found = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        let field = |k: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(k))
+                .map(|v| v.trim().to_string())
+        };
+        if let (Some(name), Some(blk)) = (field("Name:"), field("SigBlk:")) {
+            if name.starts_with("ferroce-") {
+                found.push((name, u64::from_str_radix(&blk, 16).unwrap()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn a_signal_to_the_process_never_lands_on_a_ferroce_thread() {
+    // A program that opens a device and then waits with its own mask open: the alarm
+    // it sets must interrupt it, not run on the driver thread ferroce started.
+    let (a, _peer) = Context::memory_pair().unwrap();
+    let ctx = wrap(a, null_mut()).unwrap();
+    let threads = ferroce_threads();
+    assert!(
+        threads.iter().any(|(n, _)| n == "ferroce-driver"),
+        "{threads:?}"
+    );
+    for (name, blk) in &threads {
+        for sig in [libc::SIGALRM, libc::SIGINT, libc::SIGTERM, SIG] {
+            assert!(blk & 1 << (sig - 1) != 0, "{name} takes signal {sig}");
+        }
+    }
+    // SAFETY: the context opened above, unused since.
+    unsafe { assert_eq!(crate::open::ibv_close_device(ctx), 0) };
+}

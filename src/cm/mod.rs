@@ -304,9 +304,7 @@ impl ConnectionManager {
             host_wide,
         });
         let t = inner.clone();
-        let thread = std::thread::Builder::new()
-            .name("ferroce-cm".into())
-            .spawn(move || t.run())
+        let thread = crate::link::threads::spawn("ferroce-cm", move || t.run())
             .map_err(|_| Error::Transport(ferroce_transport::Error::OutOfResources))?;
         Ok(ConnectionManager {
             inner,

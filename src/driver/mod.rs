@@ -304,9 +304,9 @@ impl Driver {
             epoch: std::time::Instant::now(),
         });
         let s = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("ferroce-driver".into())
-            .spawn(move || fatal::abort_on_panic("the driver thread", || thread::run(&s)))?;
+        let thread = crate::link::threads::spawn("ferroce-driver", move || {
+            fatal::abort_on_panic("the driver thread", || thread::run(&s))
+        })?;
         Ok(Driver {
             shared,
             thread: Some(thread),

@@ -34,6 +34,7 @@ mod packet;
 pub mod packet_ring;
 pub mod sched;
 pub mod share;
+pub mod threads;
 pub mod timerfd;
 pub mod udp_guard;
 pub mod udp_segment;

@@ -269,19 +269,17 @@ pub unsafe extern "C" fn rdma_resolve_addr(
             2000
         });
         let waiter = sh.clone();
-        std::thread::Builder::new()
-            .name("ferroce-rdma-addr".into())
-            .spawn(move || {
-                let e = match dev.cm.resolve_neighbor(dst.ip(), wait) {
-                    Ok(()) => Event::new(RDMA_CM_EVENT_ADDR_RESOLVED, sh.me, 0),
-                    Err(err) => {
-                        tracing::info!(%dst, %err, "rdma_resolve_addr: no answer from it");
-                        Event::new(RDMA_CM_EVENT_ADDR_ERROR, sh.me, -libc::ETIMEDOUT)
-                    }
-                };
-                sh.post(e);
-            })
-            .map_err(|_| libc::EAGAIN)?;
+        ferroce::link::threads::spawn("ferroce-rdma-addr", move || {
+            let e = match dev.cm.resolve_neighbor(dst.ip(), wait) {
+                Ok(()) => Event::new(RDMA_CM_EVENT_ADDR_RESOLVED, sh.me, 0),
+                Err(err) => {
+                    tracing::info!(%dst, %err, "rdma_resolve_addr: no answer from it");
+                    Event::new(RDMA_CM_EVENT_ADDR_ERROR, sh.me, -libc::ETIMEDOUT)
+                }
+            };
+            sh.post(e);
+        })
+        .map_err(|_| libc::EAGAIN)?;
         super::id::complete(&waiter, RDMA_CM_EVENT_ADDR_RESOLVED)
     })
 }

@@ -45,9 +45,7 @@ const ANSWER: Duration = Duration::from_secs(60);
 const DREP: Duration = Duration::from_secs(5);
 
 fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), c_int> {
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(f)
+    ferroce::link::threads::spawn(name, f)
         .map(|_| ())
         .map_err(|_| libc::EAGAIN)
 }
@@ -912,7 +910,7 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
             // called), the DREP, as the kernel's CM sends it for an ID destroyed then.
             // Before, the peer waited out its DREQ's resends (`hang_up`).
             st.closing = true;
-            std::thread::spawn(move || {
+            let _ = ferroce::link::threads::spawn("ferroce-rdma-drep", move || {
                 let _ = d.cm.disconnect(conn, Duration::from_secs(2));
             });
         }

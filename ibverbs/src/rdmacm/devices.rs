@@ -51,15 +51,13 @@ impl AsyncEventSink for Removal {
         // lock must not be taken (it comes before the endpoint's): the IDs hear it from
         // a thread of its own.
         let dev = self.dev.clone();
-        let spawned = std::thread::Builder::new()
-            .name("ferroce-rdma-removal".into())
-            .spawn(move || {
-                if let Some(d) = dev.upgrade() {
-                    d.removed.store(true, Ordering::Relaxed);
-                    forget(&d);
-                    super::device_removed(&d);
-                }
-            });
+        let spawned = ferroce::link::threads::spawn("ferroce-rdma-removal", move || {
+            if let Some(d) = dev.upgrade() {
+                d.removed.store(true, Ordering::Relaxed);
+                forget(&d);
+                super::device_removed(&d);
+            }
+        });
         if let Err(e) = spawned {
             tracing::warn!(%e, "no thread for a device removal: its IDs hear nothing");
         }

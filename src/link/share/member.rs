@@ -199,9 +199,7 @@ impl Member {
         let stop = Arc::new(AtomicBool::new(false));
         let server = {
             let (registry, stop) = (registry.clone(), stop.clone());
-            std::thread::Builder::new()
-                .name("ferroce-qpn".into())
-                .spawn(move || serve(&listener, &registry, &stop))?
+            crate::link::threads::spawn("ferroce-qpn", move || serve(&listener, &registry, &stop))?
         };
         Ok(Member {
             registry,
