@@ -20,55 +20,82 @@ use crate::rdmacm::channel::{
     rdma_create_event_channel, rdma_destroy_event_channel, rdma_get_cm_event,
 };
 
-/// The signal the tests send: its handler does nothing and has no `SA_RESTART`.
+/// The signal whose handler has no `SA_RESTART`, as qperf installs its alarm handler.
 const SIG: c_int = libc::SIGUSR2;
+/// The signal whose handler has `SA_RESTART`, as glibc's `signal()` installs them.
+const SIG_RESTART: c_int = libc::SIGUSR1;
 
 extern "C" fn nothing(_: c_int) {}
 
-fn install_handler() {
+fn install_handler(sig: c_int, flags: c_int) {
     // SAFETY: a zeroed sigaction with a handler that touches nothing, so it is
-    // async-signal-safe; no SA_RESTART, as qperf installs its alarm handler.
+    // async-signal-safe.
     unsafe {
         let mut act: libc::sigaction = std::mem::zeroed();
         act.sa_sigaction = nothing as extern "C" fn(c_int) as usize;
+        act.sa_flags = flags;
         libc::sigemptyset(&mut act.sa_mask);
-        assert_eq!(libc::sigaction(SIG, &act, null_mut()), 0);
+        assert_eq!(libc::sigaction(sig, &act, null_mut()), 0);
     }
 }
 
-/// Runs `wait` (a blocking C call returning -1 or 0 and leaving errno) on a thread and
-/// signals that thread until it returns: what the call returned and its errno. A call
-/// still waiting after 3 s fails the test, its thread left blocked (the objects it uses
-/// are then never destroyed).
-fn interrupted(wait: impl FnOnce() -> c_int + Send + 'static) -> (c_int, c_int) {
-    install_handler();
-    let thread = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(AtomicBool::new(false));
-    let (t, d) = (thread.clone(), done.clone());
-    let waiter = std::thread::spawn(move || {
-        // SAFETY: the calling thread's own id.
-        t.store(unsafe { libc::pthread_self() } as u64, Ordering::SeqCst);
-        let r = wait();
-        // SAFETY: the calling thread's errno slot.
-        let e = unsafe { *libc::__errno_location() };
-        d.store(true, Ordering::SeqCst);
-        (r, e)
-    });
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while !done.load(Ordering::SeqCst) && Instant::now() < deadline {
-        let t = thread.load(Ordering::SeqCst);
-        if t != 0 {
-            // SAFETY: the waiter's id; it is alive until `done`, and a signal with a
-            // handler that does nothing is harmless if it comes after.
-            unsafe { libc::pthread_kill(t as libc::pthread_t, SIG) };
-        }
-        std::thread::sleep(Duration::from_millis(20));
+/// A blocking C call (-1 or 0, leaving errno) running on a thread of its own.
+struct Waiter {
+    thread: Arc<AtomicU64>,
+    done: Arc<AtomicBool>,
+    join: std::thread::JoinHandle<(c_int, c_int)>,
+}
+
+impl Waiter {
+    fn start(wait: impl FnOnce() -> c_int + Send + 'static) -> Waiter {
+        let thread = Arc::new(AtomicU64::new(0));
+        let done = Arc::new(AtomicBool::new(false));
+        let (t, d) = (thread.clone(), done.clone());
+        let join = std::thread::spawn(move || {
+            // SAFETY: the calling thread's own id.
+            t.store(unsafe { libc::pthread_self() } as u64, Ordering::SeqCst);
+            let r = wait();
+            // SAFETY: the calling thread's errno slot.
+            let e = unsafe { *libc::__errno_location() };
+            d.store(true, Ordering::SeqCst);
+            (r, e)
+        });
+        Waiter { thread, done, join }
     }
+
+    /// Signals the thread with `sig` every 20 ms for up to `limit` or until the call
+    /// returns; whether it returned.
+    fn signal(&self, sig: c_int, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while !self.done.load(Ordering::SeqCst) && Instant::now() < deadline {
+            let t = self.thread.load(Ordering::SeqCst);
+            if t != 0 {
+                // SAFETY: the waiter's id; it is alive until `done`, and a signal with a
+                // handler that does nothing is harmless if it comes after.
+                unsafe { libc::pthread_kill(t as libc::pthread_t, sig) };
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.done.load(Ordering::SeqCst)
+    }
+
+    /// What the call returned and its errno.
+    fn result(self) -> (c_int, c_int) {
+        self.join.join().unwrap()
+    }
+}
+
+/// Runs `wait` on a thread and signals it (no `SA_RESTART`) until it returns: what the
+/// call returned and its errno. A call still waiting after 3 s fails the test, its
+/// thread left blocked (the objects it uses are then never destroyed).
+fn interrupted(wait: impl FnOnce() -> c_int + Send + 'static) -> (c_int, c_int) {
+    install_handler(SIG, 0);
+    let w = Waiter::start(wait);
     assert!(
-        done.load(Ordering::SeqCst),
+        w.signal(SIG, Duration::from_secs(3)),
         "still waiting after 3 s of signals without SA_RESTART"
     );
-    waiter.join().unwrap()
+    w.result()
 }
 
 /// A C handle moved to the waiting thread; the test keeps it alive until that thread
@@ -113,6 +140,35 @@ fn a_signal_interrupts_a_wait_for_an_async_event() {
             ibv_get_async_event(h.0, &mut ev)
         });
         assert_eq!((r, e), (-1, libc::EINTR), "the wait ends at the signal");
+        assert_eq!(crate::open::ibv_close_device(ctx), 0);
+    }
+}
+
+#[test]
+fn a_signal_with_sa_restart_leaves_the_wait_going() {
+    // As the kernel restarts the read of its verbs file: the wait goes on through the
+    // signals and ends only when the descriptor is readable.
+    install_handler(SIG_RESTART, libc::SA_RESTART);
+    let (a, _peer) = Context::memory_pair().unwrap();
+    let ctx = wrap(a, null_mut()).unwrap();
+    // SAFETY: a live context, closed after the waiter returned; room for one event; the
+    // write puts 8 bytes into the context's own eventfd.
+    unsafe {
+        let fd = (*ctx).async_fd;
+        let h = Handle(ctx);
+        let w = Waiter::start(move || {
+            let h = h;
+            let mut ev: ibv_async_event = std::mem::zeroed();
+            ibv_get_async_event(h.0, &mut ev)
+        });
+        assert!(
+            !w.signal(SIG_RESTART, Duration::from_millis(300)),
+            "a signal with SA_RESTART ended the wait"
+        );
+        let one: u64 = 1;
+        assert_eq!(libc::write(fd, (&one as *const u64).cast(), 8), 8);
+        // A readable descriptor with no event behind it: the call returns, EAGAIN.
+        assert_eq!(w.result(), (-1, libc::EAGAIN));
         assert_eq!(crate::open::ibv_close_device(ctx), 0);
     }
 }
