@@ -105,30 +105,6 @@ fn an_attached_cq_reports_one_event_per_request_on_its_channel() {
     assert_eq!(ch.pending(), 0);
 }
 
-/// A hardware CQ is armed at its consumer index: completions not yet polled fire the
-/// request at once. UCX's transports in sleep mode arm and sleep without polling again;
-/// a message that came between their last poll and the arm was announced by nothing, and
-/// `ucx_perftest -E sleep` slept for good (tests/netns/ucx.sh).
-#[test]
-fn a_request_over_completions_not_yet_polled_fires_at_once() {
-    let p = pair();
-    let ch = CompletionChannel::new().unwrap();
-    p.cq_b.attach_channel(&ch, 7);
-    p.send(1, false);
-    // The receive completed (its sender saw the ACK), unpolled and unannounced.
-    p.cq_b.req_notify(false).unwrap();
-    assert!(readable(ch.fd(), Duration::ZERO), "no event for what waits");
-    assert_eq!(ch.get_event().unwrap(), 7);
-    let mut wcs = Vec::new();
-    p.cq_b.poll(&mut wcs, 4);
-    assert_eq!(wcs.len(), 1);
-    // All polled: the next request waits for the next completion.
-    p.cq_b.req_notify(false).unwrap();
-    assert!(!readable(ch.fd(), Duration::from_millis(50)));
-    p.send(2, false);
-    assert!(readable(ch.fd(), Duration::from_secs(5)));
-}
-
 #[test]
 fn solicited_only_waits_for_a_solicited_send() {
     let p = pair();

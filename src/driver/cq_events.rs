@@ -45,7 +45,7 @@ impl Shared {
     /// Delivers the notifications the transport fired since the last call, and its
     /// asynchronous events; cheap when there are none. Called wherever completions can appear: after received frames,
     /// timers and API calls.
-    pub(crate) fn deliver_cq_events(&self, ep: &mut Endpoint) {
+    pub(super) fn deliver_cq_events(&self, ep: &mut Endpoint) {
         // Asynchronous events appear at the same points.
         self.deliver_async_events(ep);
         if !ep.has_cq_events() {

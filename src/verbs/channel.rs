@@ -89,14 +89,11 @@ impl CompletionQueue {
 
     /// Requests one notification at the next completion, or with `solicited_only` at
     /// the next completion of a message sent with the solicited-event flag (or an
-    /// error): `ibv_req_notify_cq`. Completions not yet polled fire it at once, as on a
-    /// hardware CQ (for a solicited-only request, an error among them).
+    /// error): `ibv_req_notify_cq`.
     pub fn req_notify(&self, solicited_only: bool) -> Result<(), Error> {
         let shared = self.ctx.shared();
         let mut ep = shared.endpoint();
         ep.req_notify_cq(self.id, solicited_only)?;
-        // What fired at the arm goes to the channel now, not with the next frame.
-        shared.deliver_cq_events(&mut ep);
         self.armed.store(true, std::sync::atomic::Ordering::Relaxed);
         // The caller is about to sleep until a completion: what its posts left for its
         // next poll goes now.

@@ -5,7 +5,7 @@
 # 4096 at veth MTU 9000, -e, -c), ibv_uc/ud/srq_pingpong (uc and ud also with -e);
 # `ferroce exec --stats` (each end's counters on stderr at close);
 # perftest's ib_write_bw, ib_read_bw, ib_send_bw (RC and UD, UD also with -e), ib_atomic_bw,
-# ib_write_lat (RC and UC), ib_read_lat, ib_send_lat, ib_atomic_lat (fetch-and-add,
+# ib_write_lat (RC and UC), ib_read_lat, ib_send_lat (also with -e), ib_atomic_lat (fetch-and-add,
 # compare-and-swap); the
 # pingpong and ib_write_bw as nobody through a copy of ferroce given cap_net_raw+p; port
 # events (ibv_asyncwatch, ibv_devinfo) when the link goes down and up. Then what must fail
@@ -161,6 +161,11 @@ pair write_lat-s2 18608 perftest -x ib_write_lat -F -s 2 -n 200
 pair write_lat-s4096 18609 perftest -x ib_write_lat -F -s 4096 -n 200
 pair read_lat-s64 18610 perftest -x ib_read_lat -F -s 64 -n 200
 pair send_lat-s64 18611 perftest -x ib_send_lat -F -s 64 -n 200
+# With events each end arms its CQ, then polls it once: an event must come only for a
+# completion added after the arm (rxe's rule). An arm that fired over completions not
+# yet polled (hardware's rule, tried for UCX's sleep mode) left a stale event, the next
+# poll found nothing, and both ends failed (exit 17, flushed receives) on every run.
+pair send_lat-events 18619 perftest -x ib_send_lat -F -e -s 2 -n 2000
 pair write_lat-uc-s64 18617 perftest -x ib_write_lat -F -c UC -s 64 -n 200
 pair send_lat-ud-s512 18612 perftest -x ib_send_lat -F -c UD -s 512 -n 200
 pair atomic_lat-fadd 18615 perftest -x ib_atomic_lat -F -n 200

@@ -12,9 +12,7 @@
 #                          GRH area by the completion's sl: ibverbs/src/cq.rs)
 #                          UCP tag matching (what MPI uses) with UCP's own wire-up over UD,
 #                          and 64 KiB messages with UCX_TLS=rc: UCP splits them over every
-#                          RoCE device it is offered, so lo's must not be one (see below);
-#                          and in sleep mode (-E sleep: CQs armed, no busy polling) over RC
-#                          and UD
+#                          RoCE device it is offered, so lo's must not be one (see below)
 #   ucx_info -d            no lo:1 unless UCX_NET_DEVICES names it, then lo:1
 #   io_demo                UCP client and server connected through rdma_cm (ferroce's
 #                          librdmacm.so.1, UCX's rdmacm connection manager), reads and
@@ -82,13 +80,6 @@ UCXENV=UCX_TLS=rc,self NODEV=1 run tag_bw-ucp-rc-64k -t tag_bw -s 65536 -n 2000
 # 1 MiB goes by rendezvous: the receiver READs it, 1,024 responses at MTU 1024, more than one
 # transmit batch of the sender's, which polls meanwhile (tests/poll_mode.rs has the stall).
 UCXENV=UCX_TLS=rc,self NODEV=1 run tag_bw-ucp-rc-1m -t tag_bw -s 1048576 -n 200
-# Sleep mode (-E sleep): each end arms its CQs and sleeps in poll(2) without polling them
-# again; a message that came before the arm must fire it (a hardware CQ's arm does). Both
-# ends slept for good before, every run. UD moves data on UCX's own timer here (ms per
-# round trip), hence fewer iterations.
-UCXENV=UCX_TLS=rc,self NODEV=1 run tag_lat-ucp-rc-sleep -t tag_lat -s 8 -n 10000 -E sleep
-UCXENV=UCX_TLS=rc,self NODEV=1 run tag_bw-ucp-rc-sleep-64k -t tag_bw -s 65536 -n 2000 -E sleep
-UCXENV=UCX_TLS=ud,self NODEV=1 run tag_lat-ucp-ud-sleep -t tag_lat -s 8 -n 500 -E sleep
 
 # UCP's client-server wire-up through rdma_cm (ferroce's librdmacm.so.1): Debian's io_demo,
 # whose server listens on a socket address (ucp_listener). UCX_SOCKADDR_TLS_PRIORITY=rdmacm

@@ -15,25 +15,6 @@ struct Cq {
     armed: Option<bool>,
 }
 
-/// Whether a request just made fires at once: the CQ holds completions the consumer has
-/// not polled (for a solicited-only request, an error among them; whether the others
-/// asked for a solicited event is not kept).
-///
-/// Why: a hardware CQ is armed at the consumer index (mlx5's doorbell carries it), so
-/// entries past it raise the event at once, and programs count on that: UCX's UD and RC
-/// transports in sleep mode arm their CQs and sleep without polling again. A message that
-/// came between their last poll and the arm was never announced, and both ends slept
-/// for good (`ucx_perftest -E sleep`, every run). rxe fires only for the next entry added;
-/// a program that polls after arming, as the man page shows, sees at most one early event
-/// and an empty poll, as it does on hardware.
-fn fires_at_arm(cq: &Cq) -> bool {
-    match cq.armed {
-        Some(false) => !cq.entries.is_empty(),
-        Some(true) => cq.entries.iter().any(|w| w.status != WcStatus::Success),
-        None => false,
-    }
-}
-
 /// Every completion queue of an endpoint.
 #[derive(Debug, Default)]
 pub(crate) struct CqTable {
@@ -132,17 +113,11 @@ impl CqTable {
     }
 
     /// Requests one event at the next completion (or the next solicited or error one).
-    /// Completions the consumer has not polled yet fire it at once, as a hardware CQ's
-    /// arm does (see [`fires_at_arm`]).
     pub(crate) fn arm(&mut self, id: CqId, solicited_only: bool) -> bool {
         match self.cqs.get_mut(id.0 as usize) {
             Some(Some(cq)) => {
                 // A request for any completion is not narrowed by a later solicited-only one.
                 cq.armed = Some(solicited_only && cq.armed.unwrap_or(true));
-                if fires_at_arm(cq) {
-                    cq.armed = None;
-                    self.events.push(id);
-                }
                 true
             }
             _ => false,
@@ -229,39 +204,6 @@ mod tests {
         assert!(t.arm(id, true));
         t.push(id, wc(WcStatus::WrFlushErr), &mut c);
         assert_eq!(events(&mut t), vec![id], "errors always fire");
-    }
-
-    #[test]
-    fn an_arm_over_unpolled_completions_fires_at_once_as_hardware_does() {
-        let (mut t, mut c) = (CqTable::default(), Counters::default());
-        let id = t.create(8);
-        t.push(id, wc(WcStatus::Success), &mut c);
-        assert!(t.arm(id, true));
-        assert!(
-            !t.has_events(),
-            "solicited-only: a success left unpolled does not fire"
-        );
-        assert!(t.arm(id, false));
-        assert_eq!(
-            events(&mut t),
-            vec![id],
-            "an unpolled completion fires at the arm"
-        );
-        let mut out = Vec::new();
-        assert_eq!(t.poll(id, &mut out, 8), 1);
-        assert!(t.arm(id, false));
-        assert!(
-            !t.has_events(),
-            "all polled: the request waits for the next"
-        );
-        t.push(id, wc(WcStatus::WrFlushErr), &mut c);
-        assert_eq!(events(&mut t), vec![id]);
-        assert!(t.arm(id, true));
-        assert_eq!(
-            events(&mut t),
-            vec![id],
-            "an unpolled error fires a solicited-only request at once"
-        );
     }
 
     #[test]
