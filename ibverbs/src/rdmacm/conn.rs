@@ -910,7 +910,7 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
             // called), the DREP, as the kernel's CM sends it for an ID destroyed then.
             // Before, the peer waited out its DREQ's resends (`hang_up`).
             st.closing = true;
-            let _ = ferroce::link::threads::spawn("ferroce-rdma-drep", move || {
+            let _ = spawn("ferroce-rdma-drep", move || {
                 let _ = d.cm.disconnect(conn, Duration::from_secs(2));
             });
         }
